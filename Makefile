@@ -1,0 +1,43 @@
+# medic: two commands on a fresh machine —  `make demo` (the main job on the embedded lab) and `make test`.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+APT_PKGS := openssh-server chromium
+
+.PHONY: demo test check lint typecheck system-deps lab clean-sessions
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+# Debian packages the tests need: a real sshd on loopback, headless Chromium for the postmortem page.
+system-deps:
+	@missing=""; command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+lab: $(STAMP)
+	$(BIN)/medic lab build
+
+# The main job: pristine lab -> unattended session -> verified output -> postmortem.
+demo: lab
+	$(BIN)/medic lab reset
+	$(BIN)/medic run --session demo-$$(date +%Y%m%d-%H%M%S) --postmortem
+
+# pytest's exit 5 (no test collected) is a failure here, never a pass.
+test: $(STAMP) system-deps lab
+	@$(BIN)/python -m pytest -q; code=$$?; \
+	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
+
+lint: $(STAMP)
+	$(BIN)/ruff check agent tools lab tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test

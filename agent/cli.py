@@ -1,0 +1,30 @@
+"""The `medic` command line. Every deliberate error is a MedicError, caught here and printed as one line."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from agent import cli_run
+from lab.cli import app as lab_app
+from tools.errors import MedicError
+
+app = typer.Typer(help="medic: takes a long extraction job from library-drift crashes to verified output.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+app.add_typer(lab_app, name="lab")
+app.command(context_settings={"allow_extra_args": False})(cli_run.run)
+app.command()(cli_run.resume)
+
+
+def main() -> None:
+    """Entry point: one place turns MedicError into `medic: <message>` and its exit code."""
+    try:
+        app()
+    except MedicError as err:
+        print(f"medic: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
+
+
+if __name__ == "__main__":
+    main()

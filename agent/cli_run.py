@@ -1,0 +1,92 @@
+"""`medic run`, `medic resume`, `medic revert`, `medic sessions`: sessions from the command line."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from agent.config import Budgets, SessionConfig, Target
+from agent.session import EXIT_CODES, load_config, require_new, run_session, save_config, session_dir
+from lab.build import DEFAULT_ROOT, RUN_ENV, LabPaths
+from tools.errors import UsageError
+
+console = Console(stderr=True)
+
+
+def lab_target(root: Path = DEFAULT_ROOT) -> Target:
+    paths = LabPaths(root)
+    if not paths.python.exists():
+        raise UsageError(f"no lab at {root}: run `medic lab build` (or pass --python/--workdir/-- COMMAND)")
+    return Target(python=str(paths.python), workdir=str(paths.work), command=paths.command(),
+                  env=dict(RUN_ENV), validate_command=paths.validate_command())
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env takes KEY=VALUE, not {pair!r}")
+        env[key] = value
+    return env
+
+
+def run(
+    command: Annotated[list[str] | None, typer.Argument(help="the job, after --; default: the embedded lab")] = None,
+    session: Annotated[str | None, typer.Option(help="session id (default: a timestamp)")] = None,
+    host: Annotated[str, typer.Option(help="'local', an ssh config alias or user@host")] = "local",
+    python: Annotated[str | None, typer.Option(help="the target env's python")] = None,
+    workdir: Annotated[str | None, typer.Option(help="the job's folder on the host")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the job (repeatable)")] = None,
+    validate: Annotated[str | None, typer.Option(help="command whose exit 0 means the output is verified")] = None,
+    max_launches: Annotated[int, typer.Option(help="launches of the target model")] = 12,
+    max_wall: Annotated[float, typer.Option(help="seconds for the whole session")] = 4 * 3600.0,
+    mode: Annotated[str, typer.Option(help="unattended | approve")] = "unattended",
+    traces: Annotated[str, typer.Option(help="folder for the session trace")] = "traces",
+    trust_new_host: Annotated[bool, typer.Option(help="accept and record an unknown host key")] = False,
+    postmortem: Annotated[bool, typer.Option(help="print the postmortem at the end")] = False,
+    lab: Annotated[Path, typer.Option(help="the embedded lab to run when no target is given")] = DEFAULT_ROOT,
+) -> None:
+    """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
+    if mode not in ("unattended", "approve"):
+        raise UsageError(f"--mode is unattended or approve, not {mode!r}")
+    if command or python or workdir:
+        if not (command and python and workdir):
+            raise UsageError("a target of your own needs --python, --workdir and -- COMMAND together")
+        target = Target(host=host, python=python, workdir=workdir, command=command, env=parse_env(env or []),
+                        validate_command=shlex.split(validate) if validate else None,
+                        trust_new_host=trust_new_host)
+    else:
+        target = lab_target(lab)
+        target = target.model_copy(update={"env": {**target.env, **parse_env(env or [])}})
+    config = SessionConfig(
+        session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
+        budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces)
+    require_new(config)
+    save_config(config)
+    console.print(f"session [bold]{config.session_id}[/] — trace {Path(traces) / (config.session_id + '.jsonl')}")
+    finish(config, run_session(config)[0], postmortem)
+
+
+def resume(session: str, postmortem: bool = False) -> None:
+    """Continue a session from its checkpoint (after medic died, or after an approval)."""
+    config = load_config(session)
+    finish(config, run_session(config)[0], postmortem)
+
+
+def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
+    report = session_dir(config.session_id) / "report.md"
+    if outcome == "waiting":
+        console.print(f"waiting for a person: `medic approve {config.session_id}`")
+    elif report.exists():
+        console.print(f"report: {report}")
+    if postmortem:
+        from agent.postmortem import print_postmortem
+
+        print_postmortem(Path(config.traces_dir) / f"{config.session_id}.jsonl")
+    raise typer.Exit(EXIT_CODES.get(outcome, 1))

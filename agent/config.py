@@ -1,0 +1,78 @@
+"""Session configuration: what to run where, how to know it worked, and what medic may spend."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def medic_home() -> Path:
+    """Where sessions, checkpoints and locks live on the machine medic runs on."""
+    return Path(os.environ.get("MEDIC_HOME", Path.home() / ".medic"))
+
+
+class Target(BaseModel):
+    """The user's job: a command in a workdir, run by the target env's python on a host."""
+
+    model_config = ConfigDict(extra="forbid")
+    host: str = "local"  # "local", an ~/.ssh/config alias, or user@host[:port]
+    python: str  # the target env's interpreter: its site-packages are a patch root
+    workdir: str  # the run's folder: the other patch root; medic's runs and ledger go under .medic/
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    validate_command: list[str] | None = None  # exit 0 = verified; None: nothing can verify it
+    fixable_packages: list[str] = Field(default_factory=lambda: ["speculators"])
+    library_packages: list[str] = Field(default_factory=lambda: ["vllm"])
+    trust_new_host: bool = False
+    canary_command: list[str] | None = None  # same driver on a tiny model of the same architecture
+
+    @field_validator("python", "workdir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must be an absolute path on the target host, not {value!r}")
+        return value.rstrip("/") or "/"
+
+
+class Budgets(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    max_launches: int = Field(default=12, ge=1)  # target-model launches
+    max_wall: float = Field(default=4 * 3600.0, gt=0)  # seconds for the whole session
+    max_candidates_per_fault: int = Field(default=4, ge=1)
+    launch_timeout: float = Field(default=3600.0, gt=0)  # a launch that runs longer is stopped
+
+
+class SessionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_id: str
+    target: Target
+    budgets: Budgets = Field(default_factory=Budgets)
+    mode: Literal["unattended", "approve"] = "unattended"
+    confirm_launch: bool = False
+    scan: bool = True  # static drift scan before the first launch
+    canary: bool = True  # run the canary first when target.canary_command is set
+    traces_dir: str = "traces"
+    llm: dict[str, str] | None = None  # LLM settings (agent/llm.py); secrets come from the environment
+    policy_file: str | None = None
+
+    @field_validator("session_id")
+    @classmethod
+    def _session_id(cls, value: str) -> str:
+        if not SESSION_ID.match(value):
+            raise ValueError("a session id is letters, digits, '.', '_' or '-' (at most 64)")
+        return value
+
+    @property
+    def host_dir(self) -> str:
+        """medic's folder on the target host: run dirs and the side-effect ledger."""
+        return f"{self.target.workdir}/.medic/{self.session_id}"
+
+    @property
+    def ledger_dir(self) -> str:
+        return f"{self.host_dir}/patches"

@@ -1,0 +1,47 @@
+"""What the graph's nodes are given: host, config, repair engine, trace and view. Passed in, never global."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.config import SessionConfig
+from agent.repair.engine import RepairEngine
+from agent.repair.types import RepairContext
+from agent.state import SessionState
+from agent.trace import TraceWriter
+from agent.view import View
+from tools.host import Host
+
+
+@dataclass
+class Deps:
+    host: Host
+    config: SessionConfig
+    engine: RepairEngine
+    trace: TraceWriter
+    view: View = field(default_factory=View)
+    clock: Callable[[], float] = time.time
+    poll_interval: float = 0.5
+
+    def context(self, state: SessionState) -> RepairContext:
+        """The repair context, rebuilt from what preflight recorded (so a resumed session has it too)."""
+        pre: dict[str, Any] = state.get("preflight") or {}
+        target = self.config.target
+        return RepairContext(
+            host=self.host,
+            python=target.python,
+            roots=tuple(pre.get("roots", ())),
+            fixable_packages=tuple(target.fixable_packages),
+            library_packages=tuple(target.library_packages),
+            workdir=target.workdir,
+            versions=dict(pre.get("versions", {})),
+            site_packages=tuple(pre.get("site_packages", ())),
+        )
+
+    def record(self, kind: str, node: str, data: dict[str, Any] | None = None) -> None:
+        """One place for what happened: the trace (redacted, flushed) and the live view."""
+        self.trace.event(kind, node, data)
+        self.view.event(kind, node, data or {})

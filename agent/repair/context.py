@@ -1,0 +1,112 @@
+"""Helpers every repair shares: read a fixable file, resolve a name to the library, build a Candidate."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+from collections.abc import Iterable
+
+from agent.repair.edits import Source
+from agent.repair.types import Candidate, Check, Fault, FrameRef, RepairContext
+from tools import source as src_tools
+from tools.errors import MedicError
+from tools.host import read_text
+from tools.patches import make_patch
+
+
+def read_source(ctx: RepairContext, path: str) -> Source | None:
+    try:
+        return Source(path, read_text(ctx.host, path))
+    except MedicError:
+        return None
+
+
+def fixable_frames(ctx: RepairContext, fault: Fault) -> list[FrameRef]:
+    """Frames medic may edit, innermost first: the root cause's own, then every other traceback's."""
+    seen: set[tuple[str, int]] = set()
+    frames: list[FrameRef] = []
+    for frame in [*reversed(fault.frames), *reversed(fault.caller_frames)]:
+        key = (frame.file, frame.line)
+        if key not in seen and ctx.is_fixable(frame.file):
+            seen.add(key)
+            frames.append(frame)
+    return frames
+
+
+def module_of(ctx: RepairContext, path: str) -> str | None:
+    """Dotted module name of a file under the target's site-packages (for an import check)."""
+    for root in ctx.site_packages:
+        prefix = root.rstrip("/") + "/"
+        if path.startswith(prefix) and path.endswith(".py"):
+            dotted = path[len(prefix) : -3].replace("/", ".")
+            return dotted.removesuffix(".__init__")
+    return None
+
+
+def resolve_callee(ctx: RepairContext, src: Source, name: str) -> str | None:
+    """``module:Name`` of a name the fixable file imports from a library (how we read its signature)."""
+    module = src.imported_from(name)
+    if module and module.split(".")[0] in ctx.library_packages:
+        return f"{module}:{name}"
+    for package in ctx.library_packages:
+        try:
+            found = src_tools.locate_definitions(ctx.host, ctx.python, package, name)
+        except MedicError:
+            continue
+        if found:
+            return f"{found[0].module}:{found[0].name}"
+    return None
+
+
+def close_name(name: str, options: Iterable[str], cutoff: float = 0.8) -> str | None:
+    matches = difflib.get_close_matches(name, list(options), n=1, cutoff=cutoff)
+    return matches[0] if matches else None
+
+
+def name_tokens(name: str) -> set[str]:
+    return {t[:5] for t in re.split(r"_+|(?<=[a-z])(?=[A-Z])", name.lower()) if t and t not in {"get", "set", "is"}}
+
+
+def rename_score(old: str, new: str) -> float:
+    """How likely ``new`` is a rename of ``old``: shared word stems, then spelling."""
+    a, b = name_tokens(old), name_tokens(new)
+    overlap = len(a & b) / max(1, len(a | b))
+    return overlap + 0.5 * difflib.SequenceMatcher(None, old, new).ratio()
+
+
+def candidate(
+    ctx: RepairContext,
+    edits: dict[str, str],
+    *,
+    origin: str,
+    rationale: str,
+    evidence: Iterable[str] = (),
+    extra_checks: Iterable[Check] = (),
+) -> Candidate:
+    checks: list[Check] = []
+    for path in edits:
+        checks.append(Check("compile", path))
+        module = module_of(ctx, path)
+        if module:
+            checks.append(Check("import", module, when="during_load"))
+    checks.extend(extra_checks)
+    evidence = tuple(evidence)
+    patch = make_patch(
+        ctx.host, edits, rationale=rationale, origin=origin, evidence=evidence,
+        checks=tuple(c.describe() for c in checks),
+    )
+    return Candidate(patch=patch, origin=origin, rationale=rationale, evidence=evidence, checks=tuple(checks))
+
+
+def evidence_line(path: str, lineno: int, text: str) -> str:
+    return f"{path}:{lineno}: {text.strip()}"
+
+
+def library_call_node(ctx: RepairContext, path: str, lineno: int, name: str) -> tuple[Source, ast.Call] | None:
+    """The ``name(...)`` call at a library call site, parsed from the library file itself."""
+    lib = read_source(ctx, path)
+    if lib is None:
+        return None
+    call = lib.call_at(lineno, name)
+    return (lib, call) if call is not None else None

@@ -1,0 +1,200 @@
+"""Source edits located with ``ast`` and applied to the text, so formatting and comments stay as they were."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from tools.errors import SourceError
+
+
+class Source:
+    """A Python file's text with its tree; offsets convert ast's (line, utf-8 column) to text positions."""
+
+    def __init__(self, path: str, text: str) -> None:
+        self.path = path
+        self.text = text
+        try:
+            self.tree = ast.parse(text)
+        except SyntaxError as exc:
+            raise SourceError(f"{path} does not parse ({exc.msg} at line {exc.lineno}): cannot edit it") from exc
+        self.lines = text.splitlines(keepends=True)
+        self._starts = [0]
+        for line in self.lines:
+            self._starts.append(self._starts[-1] + len(line))
+
+    def pos(self, lineno: int, col: int) -> int:
+        line = self.lines[lineno - 1]
+        return self._starts[lineno - 1] + len(line.encode()[:col].decode(errors="replace"))
+
+    def start(self, node: ast.AST) -> int:
+        return self.pos(node.lineno, node.col_offset)  # type: ignore[attr-defined]
+
+    def end(self, node: ast.AST) -> int:
+        return self.pos(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+
+    def segment(self, node: ast.AST) -> str:
+        return self.text[self.start(node) : self.end(node)]
+
+    def line(self, lineno: int) -> str:
+        return self.lines[lineno - 1].rstrip("\n") if 0 < lineno <= len(self.lines) else ""
+
+    def indent_of(self, lineno: int) -> str:
+        line = self.line(lineno)
+        return line[: len(line) - len(line.lstrip())]
+
+    # -- finding nodes ------------------------------------------------------------------------------------
+    def calls_named(self, name: str) -> Iterator[ast.Call]:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and callee_name(node) == name:
+                yield node
+
+    def call_at(self, lineno: int, name: str) -> ast.Call | None:
+        """The innermost call of ``name`` whose span holds ``lineno`` (a frame points at a call's line)."""
+        best: ast.Call | None = None
+        for call in self.calls_named(name):
+            if call.lineno <= lineno <= (call.end_lineno or call.lineno) and (
+                best is None or call.lineno >= best.lineno
+            ):
+                best = call
+        return best
+
+    def enclosing_function(self, lineno: int) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        best = None
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
+                node.lineno <= lineno <= (node.end_lineno or node.lineno)
+            ) and (best is None or node.lineno > best.lineno):
+                best = node
+        return best
+
+    def enclosing_class(self, lineno: int) -> ast.ClassDef | None:
+        best = None
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.ClassDef) and node.lineno <= lineno <= (node.end_lineno or node.lineno) and (
+                best is None or node.lineno > best.lineno
+            ):
+                best = node
+        return best
+
+    def statement_at(self, lineno: int) -> ast.stmt | None:
+        """The innermost simple statement whose span holds ``lineno``."""
+        best: ast.stmt | None = None
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.stmt) and not hasattr(node, "body") and (
+                node.lineno <= lineno <= (node.end_lineno or node.lineno)
+            ):
+                best = node
+        return best
+
+    def imported_from(self, name: str) -> str | None:
+        """The module a top-level ``from M import name`` brings ``name`` from."""
+        for node in self.tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    if (alias.asname or alias.name) == name:
+                        return node.module
+        return None
+
+    def module_names(self) -> set[str]:
+        names: set[str] = set()
+        for node in self.tree.body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        return names
+
+
+def callee_name(call: ast.Call) -> str | None:
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return None
+
+
+def assignment_before(func: ast.AST, name: str, lineno: int) -> ast.Assign | None:
+    """The last ``name = …`` in ``func`` before ``lineno``."""
+    found: ast.Assign | None = None
+    for node in ast.walk(func):
+        if isinstance(node, ast.Assign) and node.lineno < lineno and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ) and (found is None or node.lineno > found.lineno):
+            found = node
+    return found
+
+
+def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    names = {a.arg for a in func.args.args + func.args.kwonlyargs + func.args.posonlyargs}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+# -- text edits ----------------------------------------------------------------------------------------
+def replace_span(text: str, start: int, end: int, new: str) -> str:
+    return text[:start] + new + text[end:]
+
+
+def remove_keyword(src: Source, call: ast.Call, keyword: str) -> str:
+    """Text of the file with ``keyword=…`` taken out of ``call``, with its comma and its line if alone."""
+    kw = next((k for k in call.keywords if k.arg == keyword), None)
+    if kw is None:
+        raise SourceError(f"{src.path}: the call at line {call.lineno} passes no {keyword}=")
+    start, end = src.start(kw), src.end(kw)
+    text = src.text
+    rest = text[end:]
+    stripped = rest.lstrip(" \t")
+    if stripped.startswith(","):
+        end += len(rest) - len(stripped) + 1
+    else:  # last argument: take the comma before it instead
+        before = text[:start].rstrip()
+        if before.endswith(","):
+            start = len(before) - 1
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    if text[line_start:start].strip() == "" and (line_end == -1 or text[end:line_end].strip() == ""):
+        start, end = line_start, (line_end + 1 if line_end != -1 else len(text))  # the argument had its own line
+    return replace_span(text, start, end, "")
+
+
+def add_keyword(src: Source, call: ast.Call, keyword: str, value_src: str) -> str:
+    """Text of the file with ``keyword=value`` added as the last argument of ``call``, in its layout."""
+    args: list[ast.AST] = [*call.args, *call.keywords]
+    close = src.end(call) - 1  # the closing parenthesis
+    if not args:
+        return replace_span(src.text, close, close, f"{keyword}={value_src}")
+    last_end = max(src.end(a) for a in args)
+    gap = src.text[last_end:close]
+    if "\n" in gap:  # one argument per line: add a line with the same indent
+        last = max(args, key=lambda a: (a.end_lineno, a.end_col_offset))  # type: ignore[attr-defined]
+        indent = src.indent_of(last.lineno)  # type: ignore[attr-defined]
+        comma = "" if gap.lstrip().startswith(",") else ","
+        insert_at = last_end + (gap.index(",") + 1 if not comma else 0)
+        return replace_span(src.text, insert_at, insert_at, f"{comma}\n{indent}{keyword}={value_src},")
+    return replace_span(src.text, last_end, last_end, f", {keyword}={value_src}")
+
+
+def rename_keyword(src: Source, call: ast.Call, old: str, new: str) -> str:
+    kw = next((k for k in call.keywords if k.arg == old), None)
+    if kw is None:
+        raise SourceError(f"{src.path}: the call at line {call.lineno} passes no {old}=")
+    start = src.start(kw)
+    return replace_span(src.text, start, start + len(old), new)
+
+
+def rename_attribute(src: Source, old: str, new: str) -> tuple[str, int]:
+    """Every ``x.old`` in the file becomes ``x.new``; returns the text and how many were renamed."""
+    spans = [
+        (src.end(node) - len(old), src.end(node))
+        for node in ast.walk(src.tree)
+        if isinstance(node, ast.Attribute) and node.attr == old
+    ]
+    text = src.text
+    for start, end in sorted(spans, reverse=True):
+        text = replace_span(text, start, end, new)
+    return text, len(spans)

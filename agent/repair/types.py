@@ -1,0 +1,89 @@
+"""What the repair engine reasons about: a fault, the context it is repaired in, and candidate patches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tools.host import Host
+from tools.patches import Patch
+
+FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
+
+
+@dataclass(frozen=True)
+class FrameRef:
+    """One stack frame as the repair engine needs it."""
+
+    file: str
+    line: int
+    func: str
+    code: str = ""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A failure to repair: from a crash's root-cause traceback, the output validator, or the static scan.
+
+    ``frames`` are the root cause's frames, innermost last. ``caller_frames`` are the frames of every
+    traceback in the log that lie in code medic may fix (workdir and the fixable packages), innermost last:
+    the line that fails is often not the line to fix, and a worker's root cause has no caller frames at all.
+    """
+
+    stage: FaultStage
+    exc_type: str
+    message: str
+    frames: tuple[FrameRef, ...]
+    caller_frames: tuple[FrameRef, ...] = ()
+    fingerprint: str = ""
+    proc: str | None = None
+    log_excerpt: str = ""
+
+    @property
+    def summary(self) -> str:
+        first = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        return f"{self.exc_type}: {first}"[:300]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check that proves a patch: run before the relaunch (``when="before"``) or during the load."""
+
+    kind: Literal["compile", "import", "signature_has", "member_exists", "grep"]
+    target: str  # module, file, or "module:Qualname"
+    detail: str = ""  # parameter / member name / regex
+    when: Literal["before", "during_load"] = "before"
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.target}{' ' + self.detail if self.detail else ''}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A proposed patch with the reasons for it. ``patch`` is ready for tools.patches.apply_patch."""
+
+    patch: Patch
+    origin: str  # "playbook:<id>", "derived:<kind>", "llm"
+    rationale: str
+    evidence: tuple[str, ...] = ()
+    checks: tuple[Check, ...] = ()
+
+
+@dataclass
+class RepairContext:
+    """Everything a repair may look at. Source questions go to the TARGET env's python on ``host``."""
+
+    host: Host
+    python: str
+    roots: tuple[str, ...]  # where patches may go: site-packages of the target env, the workdir
+    fixable_packages: tuple[str, ...] = ("speculators",)
+    library_packages: tuple[str, ...] = ("vllm",)
+    workdir: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    site_packages: tuple[str, ...] = ()
+
+    def is_fixable(self, path: str) -> bool:
+        """Code medic adapts to the library: the user's workdir and the fixable packages."""
+        if self.workdir and path.startswith(self.workdir.rstrip("/") + "/"):
+            return True
+        return any(f"/site-packages/{pkg}/" in path for pkg in self.fixable_packages)

@@ -1,0 +1,142 @@
+"""Running a session: the one loop that drives the graph, holds the lock, and turns the end into an exit code.
+
+Sessions live under $MEDIC_HOME (default ~/.medic): ``checkpoints.sqlite`` (LangGraph's SQLite checkpointer,
+one thread per session, durability "sync") and ``sessions/<id>/`` (config, lock, report).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+from agent.config import SessionConfig, medic_home
+from agent.deps import Deps
+from agent.graph import build_graph
+from agent.repair.engine import RepairEngine
+from agent.trace import TraceWriter
+from agent.view import View
+from tools.errors import SessionError, UsageError
+from tools.host import Host, LocalHost
+from tools.redact import Redactor
+
+EXIT_CODES = {"verified": 0, "budget": 3, "no_repair": 4, "waiting": 5, "unverified": 6, "error": 1}
+RECURSION_LIMIT = 400
+
+
+def session_dir(session_id: str) -> Path:
+    return medic_home() / "sessions" / session_id
+
+
+def save_config(config: SessionConfig) -> None:
+    folder = session_dir(config.session_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / "config.json.tmp"
+    tmp.write_text(config.model_dump_json(indent=1))
+    tmp.replace(folder / "config.json")
+
+
+def load_config(session_id: str) -> SessionConfig:
+    path = session_dir(session_id) / "config.json"
+    if not path.exists():
+        raise SessionError(f"no session {session_id!r} under {medic_home()}: `medic sessions` lists them")
+    return SessionConfig.model_validate_json(path.read_text())
+
+
+@contextlib.contextmanager
+def session_lock(session_id: str) -> Iterator[None]:
+    """One medic process per session: a second one is refused, not queued."""
+    folder = session_dir(session_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    fh = open(folder / "lock", "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        fh.close()
+        raise SessionError(f"session {session_id} is in use by another medic process (lock {folder / 'lock'})") from exc
+    try:
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+@contextlib.contextmanager
+def checkpointer() -> Iterator[SqliteSaver]:
+    medic_home().mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(medic_home() / "checkpoints.sqlite", check_same_thread=False)
+    try:
+        yield SqliteSaver(conn)
+    finally:
+        conn.close()
+
+
+def connect_host(config: SessionConfig) -> Host:
+    target = config.target.host
+    if target in ("local", "localhost-direct"):
+        return LocalHost()
+    from tools.ssh import SSHHost
+
+    return SSHHost(target, trust_new_host=config.target.trust_new_host)
+
+
+def make_deps(config: SessionConfig, host: Host | None = None, view: View | None = None,
+              engine: RepairEngine | None = None) -> Deps:
+    redactor = Redactor.from_environment()
+    redactor.add(*[v for k, v in config.target.env.items() if _secretish(k)])
+    host = host or connect_host(config)
+    header = {"session": config.session_id, "config": json.loads(config.model_dump_json()), "host": host.name}
+    trace = TraceWriter(Path(config.traces_dir) / f"{config.session_id}.jsonl", header, redactor)
+    return Deps(host=host, config=config, engine=engine or RepairEngine(), trace=trace, view=view or View())
+
+
+def _secretish(name: str) -> bool:
+    from tools.redact import SECRET_NAME
+
+    return bool(SECRET_NAME.search(name))
+
+
+def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None = None) -> tuple[str, dict[str, Any]]:
+    """Drive the graph until it ends or waits for a person. Returns (outcome, final state values)."""
+    with session_lock(config.session_id), checkpointer() as saver:
+        deps = deps or make_deps(config)
+        graph = build_graph(deps, checkpointer=saver)
+        thread = {"configurable": {"thread_id": config.session_id}, "recursion_limit": RECURSION_LIMIT}
+        snapshot = graph.get_state(thread)
+        if resume is not None:
+            if not snapshot.next:
+                raise SessionError(f"session {config.session_id} is not waiting for anything")
+            stream_input: Any = Command(resume=resume)
+        elif snapshot.next:
+            stream_input = None  # resume an interrupted or crashed run from its last checkpoint
+        elif snapshot.values:
+            deps.trace.close()
+            return str(snapshot.values.get("outcome") or "error"), dict(snapshot.values)
+        else:
+            stream_input = {"session_id": config.session_id}
+        try:
+            for _ in graph.stream(stream_input, thread, durability="sync"):
+                pass
+        finally:
+            deps.trace.close()
+        snapshot = graph.get_state(thread)
+        if snapshot.next:
+            return "waiting", dict(snapshot.values)
+        return str(snapshot.values.get("outcome") or "error"), dict(snapshot.values)
+
+
+def require_new(config: SessionConfig) -> None:
+    if (session_dir(config.session_id) / "config.json").exists():
+        raise UsageError(f"session {config.session_id} exists: `medic resume {config.session_id}` continues it")

@@ -1,0 +1,74 @@
+"""The graph state. Everything here is plain JSON data, so the SQLite checkpointer can keep it and replay
+can compare it. Nodes return only the keys they change; lists are replaced whole, never merged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class LaunchRecord(TypedDict, total=False):
+    n: int  # 1-based launch number within the session (canary and target counted apart)
+    kind: str  # "target" | "canary"
+    run_id: str
+    run_dir: str
+    started: float
+    ended: float
+    exit_code: int | None
+    outcome: str  # "crashed" | "exited" | "stopped:<why>" | "timeout"
+    phases: dict[str, float]  # phase -> seconds since launch when it began
+    load_seconds: float | None
+    checks_during_load: list[dict[str, Any]]
+
+
+class SessionState(TypedDict, total=False):
+    session_id: str
+    """The session's id: thread id of the checkpoint, name of the trace, folder on the host."""
+
+    started: float
+    """Wall-clock start of the session (epoch seconds), for the wall budget."""
+
+    preflight: dict[str, Any]
+    """What preflight found: versions, roots, site-packages, warnings."""
+
+    scan_findings: list[dict[str, Any]]
+    """Faults the static drift scan found before any launch (each a Fault as dict)."""
+
+    launches: list[LaunchRecord]
+    """Every launch, in order."""
+
+    run: LaunchRecord | None
+    """The launch being watched, or the last one."""
+
+    fault: dict[str, Any] | None
+    """The fault being repaired (a Fault as dict)."""
+
+    faults: list[dict[str, Any]]
+    """Every fault seen, in order, with how it was found (scan, canary, crash, validate, verify)."""
+
+    candidates: list[dict[str, Any]]
+    """Candidate patches for the current fault, best first (Candidate as dict)."""
+
+    tried: list[str]
+    """Patch ids tried (applied then failed, or rejected) for the current fault."""
+
+    proposal: dict[str, Any] | None
+    """The candidate about to be applied (approve mode: waiting for a person)."""
+
+    patches: list[dict[str, Any]]
+    """Patches applied and kept, in order: patch, origin, rationale, evidence, checks, fault index."""
+
+    verifications: list[dict[str, Any]]
+    """Every check run: patch id, check, ok, detail, when ('before' or 'during_load')."""
+
+    pending_checks: list[dict[str, Any]]
+    """Checks of the last patch still to run while the next launch loads."""
+
+    outcome: str | None
+    """How the session ended: verified | budget | no_repair | rejected | error."""
+
+    outcome_detail: str
+    """One line on why it ended so."""
+
+    validation: dict[str, Any] | None
+    """The last validator report (per-layer errors, problems)."""

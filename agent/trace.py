@@ -1,0 +1,62 @@
+"""The session trace: one JSONL file, a header line, then one event per line, flushed as written.
+
+Every event passes through the Redactor before it reaches the file. Replay (agent/replay.py) serves tool and
+LLM results from these events; the postmortem renders them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from tools.errors import UsageError
+from tools.redact import Redactor
+
+FORMAT_VERSION = 1
+MAX_FIELD = 64_000  # a log excerpt or file view beyond this is cut, and says so
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_FIELD:
+        return value[:MAX_FIELD] + f"\n…[{len(value) - MAX_FIELD} characters cut]"
+    if isinstance(value, dict):
+        return {k: _bounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_bounded(v) for v in value]
+    return value
+
+
+class TraceWriter:
+    """Append-only; safe to reopen for a resumed session (the header is written once)."""
+
+    def __init__(self, path: Path, header: dict[str, Any], redactor: Redactor) -> None:
+        self.path = path
+        self.redactor = redactor
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fresh = not path.exists() or path.stat().st_size == 0
+            self._fh = open(path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write the trace in {path.parent}: {exc.strerror}") from exc
+        if fresh:
+            self._write({"format": "medic-trace", "version": FORMAT_VERSION, "ts": time.time(), **header})
+        else:
+            self.event("resume", "cli", {"pid": os.getpid()})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(self.redactor.data(_bounded(record)), default=str, ensure_ascii=False)
+        try:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            raise UsageError(f"cannot write the trace {self.path}: {exc.strerror}") from exc
+
+    def event(self, kind: str, node: str, data: dict[str, Any] | None = None) -> None:
+        self._write({"ts": time.time(), "kind": kind, "node": node, "data": data or {}})
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()

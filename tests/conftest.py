@@ -1,0 +1,3 @@
+"""Shared fixtures. Each family lives in its own module; this file only gathers them."""
+
+pytest_plugins = ["tests.fixtures_ssh", "tests.fixtures_lab"]

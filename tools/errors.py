@@ -1,0 +1,119 @@
+"""The one exception family of medic.
+
+Every error medic raises on purpose is a ``MedicError``: it carries a one-line message that says what did
+not happen and what to try next, and the process exit code the CLI uses. The CLI catches ``MedicError`` in
+one place and prints ``medic: <message>``; anything else is a bug and keeps its traceback.
+
+    MedicError                      exit 1 unless a subclass says otherwise
+    ├── UsageError                  exit 2  bad input: config, arguments, ssh alias, missing target python
+    ├── HostError                           the host could not do what was asked
+    │   ├── HostKeyError                    unknown or changed host key: refused before any command is sent
+    │   ├── HostUnreachable                 connect failed or the transport dropped (retried by SSHHost)
+    │   └── CommandTimeout                  a command ran past its deadline and was killed
+    ├── RunError                            a detached run: missing run dir, vanished log
+    ├── SourceError                         the target env could not answer a source question
+    ├── PatchError                          a patch was refused; nothing on disk changed
+    │   ├── StaleContext                    the diff does not apply with zero fuzz
+    │   ├── OutsideRoots                    a path (or a symlink it goes through) leaves the allowed roots
+    │   └── PatchDoesNotCompile             the patched text is not valid Python
+    ├── LabError                            building or checking the embedded lab failed
+    ├── TraceError                  exit 2  a trace that cannot be read (not JSON, unknown version, empty)
+    ├── SessionError                exit 2  unknown session or patch id, session locked by another process
+    ├── LLMError                            the model endpoint failed after its retries, or broke protocol
+    └── RunExit                             how a session ends; caught in the agent's one loop
+        ├── Verified                exit 0  the output was checked against the reference
+        ├── BudgetSpent             exit 3  launches / wall clock / tokens ran out
+        ├── NoRepair                exit 4  a fault that no playbook, derived repair or model could fix
+        └── WaitingForApproval      exit 5  approve mode: a patch waits for a person
+"""
+
+from __future__ import annotations
+
+
+class MedicError(Exception):
+    """Base of every deliberate medic error. ``str(err)`` is one line meant for a person."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()) if "\n" in message else message)
+
+
+class UsageError(MedicError):
+    exit_code = 2
+
+
+class HostError(MedicError):
+    pass
+
+
+class HostKeyError(HostError):
+    pass
+
+
+class HostUnreachable(HostError):
+    pass
+
+
+class CommandTimeout(HostError):
+    pass
+
+
+class RunError(MedicError):
+    pass
+
+
+class SourceError(MedicError):
+    pass
+
+
+class PatchError(MedicError):
+    pass
+
+
+class StaleContext(PatchError):
+    pass
+
+
+class OutsideRoots(PatchError):
+    pass
+
+
+class PatchDoesNotCompile(PatchError):
+    pass
+
+
+class LabError(MedicError):
+    pass
+
+
+class TraceError(MedicError):
+    exit_code = 2
+
+
+class SessionError(MedicError):
+    exit_code = 2
+
+
+class LLMError(MedicError):
+    pass
+
+
+class RunExit(MedicError):
+    """Raised (or returned as an outcome) to end a session; ``exit_code`` is the CLI's exit code."""
+
+
+class Verified(RunExit):
+    exit_code = 0
+
+
+class BudgetSpent(RunExit):
+    exit_code = 3
+
+
+class NoRepair(RunExit):
+    exit_code = 4
+
+
+class WaitingForApproval(RunExit):
+    exit_code = 5

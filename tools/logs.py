@@ -1,0 +1,333 @@
+"""Turn raw job-log bytes into clean lines that say which process and which logger wrote them.
+
+A vLLM log interleaves several processes. A line may carry a process prefix ``(Worker pid=1234) `` (vLLM
+writes it after every ``\\n``, never after ``\\r``), a logger prefix
+``ERROR 12-02 10:15:01 [multiproc_executor.py:863] ``, ANSI colours, and tqdm redraws separated by ``\\r``.
+``clean_lines`` removes all of that and records what it removed on each ``LogLine``.
+
+``fingerprint`` and ``frame_origin`` name a failure; ``extract_tracebacks`` and ``root_cause`` live in
+tools/tracebacks.py and are re-exported here, so callers import everything log-related from ``tools.logs``.
+
+Logs are untrusted input: nothing here evaluates them, undecodable bytes become U+FFFD, and a line that
+never ends (a tqdm bar redrawn for hours) is kept bounded while it waits for its ``\\n``.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from tools.tracebacks import (
+    GENERIC_WRAPPER_SIGNALS,
+    SHUTDOWN_NOISE_SIGNALS,
+    Frame,
+    Traceback,
+    WrapperSignal,
+    extract_tracebacks,
+    root_cause,
+)
+
+__all__ = [
+    "DEFAULT_LIBRARY_MARKERS",
+    "GENERIC_WRAPPER_SIGNALS",
+    "SHUTDOWN_NOISE_SIGNALS",
+    "Fingerprint",
+    "Frame",
+    "FrameOrigin",
+    "LineCleaner",
+    "LogLine",
+    "Traceback",
+    "WrapperSignal",
+    "clean_lines",
+    "extract_tracebacks",
+    "fingerprint",
+    "frame_origin",
+    "normalise_message",
+    "root_cause",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    proc: str | None  # "Worker pid=1234", "EngineCore_DP0 pid=77"; None for the unprefixed driver
+    level: str | None  # DEBUG / INFO / WARNING / ERROR / CRITICAL when a vLLM logger prefix was removed
+    source: str | None  # "multiproc_executor.py:863" from that logger prefix
+    text: str  # the message with every prefix, colour and control character removed
+    lineno: int  # 1-based line of the log file (all redraws of one \r-line share it)
+    timestamp: str | None = None  # "12-02 10:15:01" from the logger prefix; lines of one record share it
+
+
+# C0 control characters other than \t \n \r and ESC: dropped byte-wise, before decoding (never inside UTF-8).
+_CONTROL_BYTES = bytes(c for c in range(32) if c not in (9, 10, 13, 27)) + b"\x7f"
+_TERMINAL_ESCAPES = re.compile(
+    rb"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erase-line
+    rb"|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
+    rb"|\x1b[PX^_][^\x1b\n]*(?:\x1b\\)?"  # DCS / SOS / PM / APC strings
+    rb"|\x1b[ -/]*[0-~]?"  # any other escape, or a lone ESC
+)
+_PROC_PREFIX = re.compile(r"\((?P<proc>[A-Za-z_][\w\-]*(?: rank=\d+)? pid=\d+)\)")
+_LEVEL_AND_TIME = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<timestamp>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)"
+)
+_LEVEL_INITIALS = frozenset("DIWEC")
+_PROGRESS_BAR = re.compile(
+    r"(?P<desc>.*?):?\s*(?:\d{1,3}%(?:\||\s+Completed\b)|\d+(?:\.\d+)?[kMGTP]?(?:it|B)?\s\[\d+:\d\d)"
+)
+_NOT_A_STAMP = ("", "")
+_NO_TAG: tuple[None, None, None] = (None, None, None)
+_MAX_PENDING_BYTES = 1 << 20
+_SLICE_BYTES = 1 << 20
+_MAX_CACHED = 4096
+DEFAULT_LIBRARY_MARKERS = ("site-packages", "dist-packages")
+
+
+def clean_lines(data: bytes) -> list[LogLine]:
+    """Every meaningful line of ``data``, prefixes removed and recorded; redraws of one progress bar
+    collapse to the last one."""
+    cleaner = LineCleaner()
+    return cleaner.feed(data) + cleaner.finish()
+
+
+def _progress_bar(text: str) -> re.Match[str] | None:
+    """The match of a tqdm-style progress bar (its ``desc`` group names the bar), else None."""
+    if "%" not in text and "it/s" not in text and "s/it" not in text:
+        return None
+    return _PROGRESS_BAR.match(text, 0, 400)  # a bar names itself early; bound the work on huge lines
+
+
+class LineCleaner:
+    """``clean_lines`` for a log that is still growing: ``feed`` chunks as they arrive, ``finish`` at the end.
+
+    A line is returned once its ``\\n`` has arrived. Redraws collapse within one ``feed``; lines already
+    returned are never taken back.
+    """
+
+    def __init__(self) -> None:
+        self._pending = b""
+        self._lineno = 0
+        # A log repeats a few prefixes millions of times: each distinct one is parsed once.
+        self._procs: dict[str, str | None] = {}
+        self._stamps: dict[str, tuple[str, str]] = {}  # "INFO 12-02 10:15:01" -> (level, timestamp)
+        self._sources: dict[str, str] = {}  # one string object per source, not one per line
+        # Per feed: the output, with None where an older redraw was dropped, and each process's live bar.
+        self._out: list[LogLine | None] = []
+        self._bars: dict[str | None, tuple[int, str]] = {}
+        self._dropped = 0
+
+    def feed(self, data: bytes) -> list[LogLine]:
+        buffer = self._pending + data if self._pending else bytes(data)
+        cut = buffer.rfind(b"\n") + 1
+        self._pending = _bounded(buffer[cut:])
+        return self._clean(buffer if cut == len(buffer) else buffer[:cut]) if cut else []
+
+    def finish(self) -> list[LogLine]:
+        rest, self._pending = self._pending, b""
+        return self._clean(rest) if rest else []
+
+    def _clean(self, block: bytes) -> list[LogLine]:
+        # Millions of small acyclic objects: the cyclic collector would rescan them again and again.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            # Slice by slice, so the decoded text and its split lines exist for one slice at a time.
+            start = 0
+            while start < len(block):
+                end = block.find(b"\n", start + _SLICE_BYTES) + 1 or len(block)
+                self._parse(_decoded_lines(block[start:end]))
+                start = end
+            out, self._out, self._bars = self._out, [], {}
+            if self._dropped:
+                self._dropped = 0
+                return [line for line in out if line is not None]
+            return out  # type: ignore[return-value]  # nothing was dropped, so no None is in it
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+
+    def _parse(self, raw_lines: list[str]) -> None:
+        out, bars = self._out, self._bars
+        if len(self._sources) > _MAX_CACHED:
+            self._sources.clear()
+        lineno = self._lineno
+        for raw in raw_lines:
+            lineno += 1
+            if "\r" in raw:
+                if raw.find("\r") != len(raw) - 1:
+                    self._redraws(raw, lineno)
+                    continue
+                raw = raw[:-1]  # vLLM ends the inner lines of a multi-line record with \r\n
+            proc, text = self._split_proc(raw) if raw[:1] == "(" else (None, raw)
+            level, source, timestamp, text = (
+                self._split_tag(text) if text[:1] in _LEVEL_INITIALS else (*_NO_TAG, text)
+            )
+            if level is None and (bar := _progress_bar(text)) is not None:
+                self._emit_bar(LogLine(proc, None, None, text, lineno), bar["desc"].strip())
+                continue
+            if bars:
+                bars.pop(proc, None)
+            out.append(LogLine(proc, level, source, text, lineno, timestamp))
+        self._lineno = lineno
+
+    def _redraws(self, raw: str, lineno: int) -> None:
+        """A line of \\r-separated redraws; vLLM's process prefix, if any, leads only the first one."""
+        proc, raw = self._split_proc(raw) if raw[:1] == "(" else (None, raw)
+        bar_text, bar_name, head = "", "", ""  # the latest redraw not emitted yet, and how its redraws start
+        for segment in raw.split("\r"):
+            if not segment.strip():
+                continue
+            if head and segment.startswith(head) and ("%" in segment or "it/s" in segment):
+                bar_text = segment  # the same bar again: only its last redraw will count
+                continue
+            if bar_text:
+                self._emit_bar(LogLine(proc, None, None, bar_text, lineno), bar_name)
+                bar_text = head = ""
+            level, source, timestamp, segment = (
+                self._split_tag(segment) if segment[:1] in _LEVEL_INITIALS else (*_NO_TAG, segment)
+            )
+            if level is None and (bar := _progress_bar(segment)) is not None:
+                bar_text, bar_name, end = segment, bar["desc"].strip(), bar.end("desc")
+                head = segment[: end + 1] if segment[end : end + 1] == ":" else ""
+                continue
+            self._bars.pop(proc, None)
+            self._out.append(LogLine(proc, level, source, segment, lineno, timestamp))
+        if bar_text:
+            self._emit_bar(LogLine(proc, None, None, bar_text, lineno), bar_name)
+
+    def _emit_bar(self, line: LogLine, bar: str) -> None:
+        previous = self._bars.get(line.proc)
+        if previous is not None and previous[1] == bar:
+            # An older redraw of the same bar with nothing of this process since: only the latest counts.
+            self._out[previous[0]] = None
+            self._dropped += 1
+        self._bars[line.proc] = (len(self._out), bar)
+        self._out.append(line)
+
+    def _split_proc(self, raw: str) -> tuple[str | None, str]:
+        """(process, rest) when ``raw`` starts with vLLM's ``(Name pid=N) `` prefix, else (None, raw)."""
+        end = raw.find(") ", 1, 120) + 1
+        if end == 0 and raw.endswith(")"):  # a prefix-only line whose trailing space was stripped
+            end = len(raw)
+        prefix = raw[:end]
+        proc = self._procs[prefix] if prefix in self._procs else self._proc_of(prefix)
+        return (proc, raw[end + 1 :]) if proc is not None else (None, raw)
+
+    def _proc_of(self, prefix: str) -> str | None:
+        match = _PROC_PREFIX.fullmatch(prefix)
+        if len(self._procs) > _MAX_CACHED:
+            self._procs.clear()
+        self._procs[prefix] = proc = match["proc"] if match else None
+        return proc
+
+    def _split_tag(self, text: str) -> tuple[str | None, str | None, str | None, str]:
+        """(level, source, timestamp, message) of a line that starts with a vLLM logger prefix such as
+        ``ERROR 12-02 10:15:01 [multiproc_executor.py:863] ``, else (None, None, None, text)."""
+        bracket = text.find(" [", 18, 40)
+        close = text.find("]", bracket + 2, bracket + 200) if bracket > 0 else -1
+        if close < 0 or text[close + 1 : close + 2] not in ("", " "):
+            return (*_NO_TAG, text)
+        head = text[:bracket]
+        level, timestamp = self._stamps[head] if head in self._stamps else self._stamp_of(head)
+        source = text[bracket + 2 : close]
+        if not level or " " in source or ":" not in source or not source[-1:].isdigit():
+            return (*_NO_TAG, text)
+        return level, self._sources.setdefault(source, source), timestamp, text[close + 2 :]
+
+    def _stamp_of(self, head: str) -> tuple[str, str]:
+        match = _LEVEL_AND_TIME.fullmatch(head)
+        if len(self._stamps) > _MAX_CACHED:
+            self._stamps.clear()
+        self._stamps[head] = stamp = (match["level"], match["timestamp"]) if match else _NOT_A_STAMP
+        return stamp
+
+
+def _decoded_lines(block: bytes) -> list[str]:
+    if b"\x1b" in block:  # before the control bytes go: BEL ends an OSC sequence
+        block = _TERMINAL_ESCAPES.sub(b"", block)
+    lines = block.translate(None, _CONTROL_BYTES).decode("utf-8", errors="replace").split("\n")
+    if block.endswith(b"\n"):
+        lines.pop()
+    return lines
+
+
+def _bounded(pending: bytes) -> bytes:
+    """Keep an unfinished line bounded: of its redraws only the prefix and the latest one matter."""
+    if len(pending) <= _MAX_PENDING_BYTES:
+        return pending
+    first, last = pending.find(b"\r"), pending.rfind(b"\r")
+    if 0 <= first < last:
+        pending = pending[:first] + pending[last:]
+    if len(pending) > _MAX_PENDING_BYTES:
+        half = _MAX_PENDING_BYTES // 2
+        pending = pending[:half] + pending[-half:]
+    return pending
+
+
+# ---- naming a failure: what stays the same when the same fault happens again -----------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FrameOrigin:
+    kind: Literal["user", "library", "stdlib"]  # library: under a library marker such as site-packages
+    package: str | None  # top-level package of a library frame: "vllm", "speculators", "torch"
+    path: str  # a library frame's file relative to site-packages ("vllm/v1/engine/core.py"), else the file
+
+
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?[/\\]|<frozen ")
+
+
+def frame_origin(frame: Frame, library_markers: Sequence[str] = DEFAULT_LIBRARY_MARKERS) -> FrameOrigin:
+    """Whether ``frame`` runs installed library code, the standard library, or the user's own code."""
+    for marker in library_markers:
+        at = frame.file.rfind(marker)
+        rest = frame.file[at + len(marker) :] if at >= 0 else ""
+        if rest.startswith(("/", "\\")) or (rest and marker.endswith(("/", "\\"))):
+            path = rest.lstrip("/\\").replace("\\", "/")
+            package = re.split(r"[/.]", path, maxsplit=1)[0] or None
+            return FrameOrigin("library", package, path)
+    return FrameOrigin("stdlib" if _STDLIB.search(frame.file) else "user", None, frame.file)
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    exc_type: str  # short name: "TypeError", "EngineDeadError"
+    message: str  # numbers -> N, hex addresses -> ADDR, quoted paths -> PATH, pids removed, one line
+    library_file: str | None  # innermost library frame, relative to site-packages
+    library_func: str | None
+    key: str  # short stable hash of the four fields above
+
+
+_NORMALISERS = (
+    (re.compile(r"\bpid[=:]\s*\d+,?\s*", re.IGNORECASE), ""),
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "ADDR"),
+    (re.compile(r"""(['"])(?:[A-Za-z]:\\|\.{0,2}/|~/)[^'"\n]*\1"""), "PATH"),
+    (re.compile(r"(?<![A-Za-z_\d])\d+(?:\.\d+)?"), "N"),
+)
+_FINGERPRINT_MESSAGE_CHARS = 512
+
+
+def normalise_message(message: str) -> str:
+    for pattern, replacement in _NORMALISERS:
+        message = pattern.sub(replacement, message)
+    return " ".join(message.split())[:_FINGERPRINT_MESSAGE_CHARS]
+
+
+def fingerprint(
+    traceback: Traceback, library_markers: Sequence[str] = DEFAULT_LIBRARY_MARKERS
+) -> Fingerprint:
+    """What stays the same when the same fault happens again: the exception type, the shape of the message
+    and the innermost library frame."""
+    library_file = library_func = None
+    for frame in reversed(traceback.frames):
+        origin = frame_origin(frame, library_markers)
+        if origin.kind == "library":
+            library_file, library_func = origin.path, frame.func
+            break
+    exc_type = traceback.short_type or "<truncated>"
+    message = normalise_message(traceback.message)
+    identity = "\x1f".join((exc_type, message, library_file or "", library_func or ""))
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    return Fingerprint(exc_type, message, library_file, library_func, key)

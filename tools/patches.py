@@ -1,0 +1,435 @@
+"""Patches to library files on a host: checked with zero fuzz, applied all-or-nothing, reverted byte for byte.
+
+A ``Patch`` pins each file by the sha256 of its text before and after. ``apply_patch`` refuses paths that
+leave the allowed roots (``..`` and symlinks resolved by the host), context that moved, results that do not
+hash to ``sha256_after`` or do not compile, and it validates every file before it writes any. The ledger
+(``<ledger_dir>/<patch_id>.json`` plus ``<ledger_dir>/<patch_id>/orig/<sha256_before>``) keeps the original
+bytes, so ``revert_patch`` needs only the id. Only Host calls touch the target, so SSH works the same.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import posixpath
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
+
+from tools.errors import MedicError, OutsideRoots, PatchDoesNotCompile, PatchError, StaleContext
+from tools.host import Host
+
+NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+class FilePatch(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: str  # absolute, on the target host
+    diff: str  # unified diff of this one file, ``a/<path>`` / ``b/<path>`` headers
+    sha256_before: str
+    sha256_after: str
+
+
+class Patch(BaseModel):
+    """Serializable with ``model_dump_json`` / ``Patch.model_validate_json``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # first 16 hex digits of the sha256 of the concatenated file diffs
+    files: tuple[FilePatch, ...]
+    rationale: str
+    origin: str  # "playbook:<name>", "derived:<rule>", "llm"
+    evidence: tuple[str, ...] = ()
+    checks: tuple[str, ...] = ()
+
+    @property
+    def diff(self) -> str:
+        return "".join(f.diff for f in self.files)
+
+
+class LedgerFile(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    real_path: str  # where the bytes were written (symlinks resolved)
+    sha256_before: str
+    sha256_after: str
+    original: str  # ledger copy of the bytes before the patch
+
+
+class LedgerEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    patch_id: str
+    state: Literal["applying", "applied", "rolled_back", "reverted"]
+    updated_at: str
+    files: tuple[LedgerFile, ...]
+    patch: Patch
+
+
+@dataclass(frozen=True)
+class Hunk:
+    source_start: int
+    source_length: int
+    source_lines: tuple[str, ...]  # context and removed lines, newlines kept
+    target_lines: tuple[str, ...]  # context and added lines
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    path: str
+    hunks: tuple[Hunk, ...]
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    patch_id: str
+    applied: bool
+    already_applied: bool
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RevertResult:
+    patch_id: str
+    reverted: bool
+    already_reverted: bool
+    files: tuple[str, ...]
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _lines(text: str) -> list[str]:
+    """Split at "\\n" only, as unified diffs do (str.splitlines also splits at \\f, \\x1c, \\r...)."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def _decode(data: bytes, path: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PatchError(f"{path} is not UTF-8 text; medic only patches source files") from exc
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    out = difflib.unified_diff(_lines(before), _lines(after), fromfile="a" + path, tofile="b" + path)
+    return "".join(line if line.endswith("\n") else line + "\n" + NO_NEWLINE for line in out)
+
+
+def _header_path(name: str, base_dir: str | None) -> str:
+    if name.startswith(("a/", "b/")):
+        name = name[2:]
+        if base_dir and not ("/" + name).startswith(base_dir.rstrip("/") + "/"):
+            return posixpath.join(base_dir, name)
+        return "/" + name  # our own headers: "a" + an absolute path
+    return name if posixpath.isabs(name) or not base_dir else posixpath.join(base_dir, name)
+
+
+def parse_diff(text: str, *, base_dir: str | None = None) -> dict[str, FileDiff]:
+    """Per-file hunks of a unified diff; relative header paths are taken under ``base_dir`` if given."""
+    try:
+        patch_set = PatchSet(text)
+    except UnidiffParseError as exc:
+        raise PatchError(f"not a unified diff: {exc}") from exc
+    if not patch_set:
+        raise PatchError("the diff names no file")
+    diffs: dict[str, FileDiff] = {}
+    for patched in patch_set:
+        path = _header_path(patched.target_file, base_dir)
+        if "/dev/null" in (patched.source_file, patched.target_file) or patched.is_rename:
+            raise PatchError(f"{path}: only edits of existing files are supported (no add/remove/rename)")
+        hunks = []
+        for hunk in patched:
+            source: list[str] = []
+            target: list[str] = []
+            sides: tuple[list[str], ...] = ()
+            for line in hunk:
+                if line.line_type == "\\":  # the line before has no final newline
+                    for side in sides:
+                        side[-1] = side[-1].removesuffix("\n")
+                    continue
+                sides = {" ": (source, target), "-": (source,), "+": (target,)}.get(line.line_type, ())
+                for side in sides:
+                    side.append(line.value)
+            hunks.append(Hunk(hunk.source_start, hunk.source_length, tuple(source), tuple(target)))
+        diffs[path] = FileDiff(path, tuple(hunks))
+    return diffs
+
+
+def apply_hunks(text: str, diff: FileDiff) -> str:
+    """Apply with zero fuzz and zero offset: every context line must be where the hunk header says."""
+    lines, out, pos = _lines(text), [], 0
+    for hunk in diff.hunks:
+        start = hunk.source_start - 1 if hunk.source_length else hunk.source_start
+        end = start + len(hunk.source_lines)
+        if start < pos or lines[start:end] != list(hunk.source_lines):
+            raise StaleContext(
+                f"{diff.path}: hunk @@ -{hunk.source_start},{hunk.source_length} @@ does not match the file "
+                "at that line (no fuzz, no offset): re-read the source and make the patch again"
+            )
+        out += lines[pos:start] + list(hunk.target_lines)
+        pos = end
+    return "".join(out + lines[pos:])
+
+
+def make_patch(
+    host: Host,
+    edits: Mapping[str, str],
+    *,
+    rationale: str,
+    origin: str,
+    evidence: Sequence[str] = (),
+    checks: Sequence[str] = (),
+) -> Patch:
+    """A patch turning each existing file ``path`` into ``edits[path]``, pinned to its current content."""
+    files = []
+    for path in sorted(edits):
+        st = host.stat(path)
+        if not posixpath.isabs(path) or st is None or st.is_dir:
+            raise PatchError(f"make_patch edits existing files by absolute path only: {path}")
+        raw = host.read_bytes(path)
+        before, after = _decode(raw, path), edits[path]
+        if before == after:
+            continue
+        diff = unified_diff(path, before, after)
+        if apply_hunks(before, next(iter(parse_diff(diff).values()))) != after:  # must round-trip exactly
+            raise PatchError(
+                f"{path}: the generated diff does not reproduce the edit (unusual line endings?)"
+            )
+        files.append(
+            FilePatch(path=path, diff=diff, sha256_before=sha256(raw), sha256_after=sha256(after.encode()))
+        )
+    if not files:
+        raise PatchError("the edits change nothing")
+    patch_id = sha256("".join(f.diff for f in files).encode())[:16]
+    return Patch(
+        id=patch_id,
+        files=tuple(files),
+        rationale=rationale,
+        origin=origin,
+        evidence=tuple(evidence),
+        checks=tuple(checks),
+    )
+
+
+def patch_from_diff(
+    host: Host,
+    diff_text: str,
+    *,
+    rationale: str,
+    origin: str,
+    evidence: Sequence[str] = (),
+    checks: Sequence[str] = (),
+    base_dir: str | None = None,
+) -> Patch:
+    """A ``Patch`` from a unified diff (a model's answer), if it applies to the files as they are now."""
+    edits = {}
+    for path, file_diff in parse_diff(diff_text, base_dir=base_dir).items():
+        if host.stat(path) is None:
+            raise PatchError(f"the diff edits {path}, which does not exist on {host.name}")
+        edits[path] = apply_hunks(_decode(host.read_bytes(path), path), file_diff)
+    return make_patch(host, edits, rationale=rationale, origin=origin, evidence=evidence, checks=checks)
+
+
+@dataclass(frozen=True)
+class _Write:
+    path: str
+    real_path: str
+    data: bytes  # what goes to real_path
+    undo: bytes  # what was there before
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _entry_path(ledger_dir: str, patch_id: str) -> str:
+    return posixpath.join(ledger_dir, f"{patch_id}.json")
+
+
+def load_entry(host: Host, ledger_dir: str, patch_id: str) -> LedgerEntry | None:
+    path = _entry_path(ledger_dir, patch_id)
+    if host.stat(path) is None:
+        return None
+    try:
+        return LedgerEntry.model_validate_json(host.read_bytes(path))
+    except ValidationError as exc:
+        raise PatchError(f"ledger entry {path} is damaged: {exc.errors()[0]['msg']}") from exc
+
+
+def ledger_entries(host: Host, ledger_dir: str) -> list[LedgerEntry]:
+    """Every patch the ledger knows, oldest change first."""
+    if host.stat(ledger_dir) is None:
+        return []
+    listing = host.run(["ls", "-1A", ledger_dir], timeout=30)
+    if not listing.ok:
+        raise PatchError(f"cannot list the ledger {ledger_dir}: {listing.stderr.strip()[:200]}")
+    ids = [name.removesuffix(".json") for name in listing.stdout.split("\n") if name.endswith(".json")]
+    entries = [e for e in (load_entry(host, ledger_dir, i) for i in ids) if e is not None]
+    return sorted(entries, key=lambda e: e.updated_at)
+
+
+def _save(host: Host, ledger_dir: str, entry: LedgerEntry, state: str) -> LedgerEntry:
+    entry = entry.model_copy(update={"state": state, "updated_at": _now()})
+    host.write_bytes_atomic(_entry_path(ledger_dir, entry.patch_id), entry.model_dump_json(indent=2).encode())
+    return entry
+
+
+def _inside_roots(host: Host, path: str, real_roots: Sequence[str]) -> str:
+    """The real path of ``path`` if it (after ``..`` and every symlink) is inside an allowed root."""
+    real = host.realpath(path) if posixpath.isabs(path) else path
+    if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in real_roots):
+        raise OutsideRoots(f"{path} resolves to {real}, outside the allowed roots {', '.join(real_roots)}")
+    return real
+
+
+def _check_compiles(path: str, text: str) -> None:
+    if not path.endswith(".py"):
+        return
+    try:
+        compile(text, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise PatchDoesNotCompile(f"{path}:{exc.lineno}: {exc.msg}") from exc
+    except ValueError as exc:  # e.g. a NUL byte
+        raise PatchDoesNotCompile(f"{path}: {exc}") from exc
+
+
+def _write_all(host: Host, writes: Sequence[_Write]) -> None:
+    """Write each file; if one fails, put back those already written and say what happened."""
+    for i, w in enumerate(writes):
+        try:
+            host.write_bytes_atomic(w.real_path, w.data)
+        except (MedicError, OSError) as exc:
+            restored, lost = [], []
+            for done in writes[:i]:
+                try:
+                    host.write_bytes_atomic(done.real_path, done.undo)
+                    restored.append(done.path)
+                except (MedicError, OSError):
+                    lost.append(done.path)
+            note = f"put back {', '.join(restored)} as they were" if restored else "nothing was written"
+            if lost:
+                note += f"; could NOT put back {', '.join(lost)}: their bytes are in the ledger"
+            raise PatchError(f"writing {w.path} failed ({exc}); {note}") from exc
+    # No interpreter may run the old bytecode: drop __pycache__/<module>.*.pyc (best effort).
+    stems = {
+        posixpath.join(posixpath.dirname(p), "__pycache__", posixpath.basename(p)[:-3])
+        for w in writes
+        for p in (w.path, w.real_path)
+        if p.endswith(".py")
+    }
+    if stems:
+        host.run("rm -f -- " + " ".join(f"{shlex.quote(s)}.*.pyc" for s in sorted(stems)), timeout=30)
+
+
+def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: str) -> ApplyResult:
+    """Apply every file of ``patch`` or none. Applying an applied patch again is a no-op."""
+    if not patch.files:
+        raise PatchError(f"patch {patch.id} changes no file")
+    entry = load_entry(host, ledger_dir, patch.id)
+    real_roots = [host.realpath(root) for root in roots]
+    writes: list[_Write] = []
+    ledger: list[LedgerFile] = []
+    already: list[str] = []
+    for file in patch.files:
+        real = _inside_roots(host, file.path, real_roots)
+        if host.stat(real) is None:
+            raise StaleContext(f"{file.path} no longer exists on {host.name}")
+        current = host.read_bytes(real)
+        digest = sha256(current)
+        if digest == file.sha256_after and entry is not None and entry.state == "applied":
+            already.append(file.path)
+            continue
+        if digest == file.sha256_after:
+            raise StaleContext(
+                f"{file.path} already has the result of patch {patch.id}, but the ledger "
+                f"{ledger_dir} does not record it as applied: check who patched it"
+            )
+        if digest != file.sha256_before:
+            raise StaleContext(
+                f"{file.path} changed since patch {patch.id} was made (sha256 {digest[:12]}, "
+                f"expected {file.sha256_before[:12]}): make the patch again"
+            )
+        diffs = list(parse_diff(file.diff).values())
+        if len(diffs) != 1:
+            raise PatchError(f"the diff for {file.path} must cover exactly that one file")
+        new_text = apply_hunks(_decode(current, file.path), FileDiff(file.path, diffs[0].hunks))
+        if sha256(new_text.encode()) != file.sha256_after:
+            raise StaleContext(
+                f"{file.path}: the diff does not produce sha256_after; the patch is inconsistent"
+            )
+        _check_compiles(file.path, new_text)
+        writes.append(_Write(file.path, real, new_text.encode(), current))
+        original = posixpath.join(ledger_dir, patch.id, "orig", file.sha256_before)
+        ledger.append(
+            LedgerFile(
+                path=file.path,
+                real_path=real,
+                sha256_before=file.sha256_before,
+                sha256_after=file.sha256_after,
+                original=original,
+            )
+        )
+    if not writes:
+        return ApplyResult(patch.id, applied=False, already_applied=True, files=tuple(already))
+    if already:
+        raise StaleContext(
+            f"patch {patch.id} is only partly in place ({', '.join(already)}): revert it first"
+        )
+    if len({w.real_path for w in writes}) != len(writes):
+        raise PatchError(f"patch {patch.id} names the same file twice (through a symlink?)")
+
+    # Everything is validated: keep the originals, then write.
+    made = host.run(["mkdir", "-p", posixpath.join(ledger_dir, patch.id, "orig")], timeout=30)
+    if not made.ok:
+        raise PatchError(f"cannot create the ledger folder in {ledger_dir}: {made.stderr.strip()[:200]}")
+    for kept in ledger:
+        host.write_bytes_atomic(kept.original, next(w.undo for w in writes if w.path == kept.path), 0o644)
+    entry = LedgerEntry(patch_id=patch.id, state="applying", updated_at="", files=tuple(ledger), patch=patch)
+    entry = _save(host, ledger_dir, entry, "applying")
+    try:
+        _write_all(host, writes)
+    except PatchError:
+        _save(host, ledger_dir, entry, "rolled_back")
+        raise
+    _save(host, ledger_dir, entry, "applied")
+    return ApplyResult(patch.id, applied=True, already_applied=False, files=tuple(w.path for w in writes))
+
+
+def revert_patch(host: Host, patch_id: str, *, ledger_dir: str) -> RevertResult:
+    """Put back the original bytes of every file, if nobody changed them since the patch. Idempotent."""
+    entry = load_entry(host, ledger_dir, patch_id)
+    if entry is None:
+        raise PatchError(f"no patch {patch_id} in the ledger {ledger_dir}")
+    paths = tuple(f.path for f in entry.files)
+    if entry.state == "reverted":
+        return RevertResult(patch_id, reverted=False, already_reverted=True, files=paths)
+    restores: list[_Write] = []
+    for f in entry.files:
+        if host.realpath(f.path) != f.real_path or host.stat(f.real_path) is None:
+            raise StaleContext(f"{f.path} no longer resolves to {f.real_path}; revert it by hand")
+        current = host.read_bytes(f.real_path)
+        if sha256(current) == f.sha256_before:
+            continue  # never written (rolled back) or already put back
+        if sha256(current) != f.sha256_after:
+            raise StaleContext(
+                f"{f.path} changed since patch {patch_id} was applied (sha256 "
+                f"{sha256(current)[:12]}, expected {f.sha256_after[:12]}): not overwriting it"
+            )
+        original = host.read_bytes(f.original)
+        if sha256(original) != f.sha256_before:
+            raise PatchError(f"the kept original {f.original} is damaged; cannot revert {f.path}")
+        restores.append(_Write(f.path, f.real_path, original, current))
+    _write_all(host, restores)
+    _save(host, ledger_dir, entry, "reverted")
+    return RevertResult(patch_id, reverted=True, already_reverted=False, files=paths)

@@ -1,0 +1,253 @@
+"""Detached runs on any Host, and what a vLLM log says about how far a run has got.
+
+A run is a folder on the host, and everything medic knows about it is read back from there, so neither a
+dropped connection nor a restarted agent loses anything:
+
+    command.sh  the command line, with its cwd and env
+    run.sh      the wrapper: writes ``pid`` first, runs command.sh, then writes ``exit`` (tmp file + mv)
+    log         stdout and stderr of the command, appended
+    pid         the wrapper's pid, which is also the run's process group (it starts a new session)
+    exit        the command's exit code, present only once it has ended
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import statistics
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from tools.errors import HostError, HostUnreachable, RunError
+from tools.host import Command, Host, as_shell
+
+MAX_CHUNK = 4 * 1024 * 1024  # one follow() call reads at most this much, so a huge log cannot stall it
+KILLED_EXIT_CODE = 128 + 9  # what ``exit`` says when stop() had to SIGKILL the wrapper itself
+
+RunState = Literal["running", "exited", "vanished"]
+Phase = Literal["importing", "loading", "kv_cache", "warmup", "extracting", "done"]
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    dir: str
+    log: str
+    pid: str
+    exit: str
+    command: str
+
+    @classmethod
+    def in_dir(cls, run_dir: str, command: str = "") -> Run:
+        """The run whose folder is ``run_dir``: how a restarted agent picks up a run it launched earlier."""
+        folder = run_dir.rstrip("/")
+        return cls(id=folder.rsplit("/", 1)[-1], dir=folder, log=f"{folder}/log", pid=f"{folder}/pid",
+                   exit=f"{folder}/exit", command=command)
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    data: bytes
+    offset: int  # where the next follow() should start
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    state: RunState
+    exit_code: int | None = None
+    pid: int | None = None
+
+
+# Any live, non-zombie process in group $1? A container's init may never reap orphans, so ``kill -0`` alone
+# would call a killed run's zombie "running" forever; without /proc it is all there is.
+# (``kill -SIG -PGID`` is the one spelling dash and bash agree on.)
+_ALIVE_SH = """alive() {
+  g=$1
+  [ -d /proc/self ] || { kill -0 "-$g" 2>/dev/null; return; }
+  for f in /proc/[0-9]*/stat; do
+    read -r s 2>/dev/null < "$f" || continue
+    set -- ${s##*) }
+    [ "$3" = "$g" ] && [ "$1" != Z ] && return 0
+  done
+  return 1
+}
+"""
+
+_WRAPPER_SH = """#!/bin/sh
+# Written by medic. The pid comes first, so a run is never without one; the exit code is renamed into
+# place, so a reader sees no exit file or a whole one. The TERM trap lets stop() TERM the whole group and
+# still get the command's own exit code written, since the trap only runs once the command has ended.
+d={dir}
+echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"
+trap : TERM
+/bin/sh "$d/command.sh"
+code=$?
+printf '%s\\n' "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
+"""
+
+
+def launch(host: Host, command: Command, *, run_dir: str, cwd: str | None = None,
+           env: Mapping[str, str] | None = None) -> Run:
+    """Start ``command`` detached under ``run_dir/<id>`` and return once its pid file exists."""
+    run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    line = as_shell(command, cwd=cwd, env=env)
+    run = Run.in_dir(f"{run_dir.rstrip('/')}/{run_id}", command=line)
+    folder = shlex.quote(run.dir)
+    made = host.run(f"command -v setsid >/dev/null || {{ echo 'setsid not found' >&2; exit 127; }}; "
+                    f"mkdir -p {folder}", timeout=30.0)
+    if not made.ok:
+        raise RunError(f"cannot prepare run folder {run.dir} on {host.name}: {made.stderr.strip()}")
+    host.write_bytes_atomic(f"{run.dir}/command.sh", (line + "\n").encode(), mode=0o644)
+    host.write_bytes_atomic(f"{run.dir}/run.sh", _WRAPPER_SH.format(dir=folder).encode(), mode=0o755)
+    # setsid: a new session and process group, so no hangup, no job control and no timeout of the
+    # launching shell can reach the run; stdin from /dev/null and output to the log leave no pipe open.
+    started = host.run(
+        f"setsid nohup /bin/sh {folder}/run.sh >> {folder}/log 2>&1 < /dev/null & "
+        f"i=0; while [ ! -s {folder}/pid ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+        f"cat {folder}/pid", timeout=30.0)
+    if not started.ok or not started.stdout.strip().isdigit():
+        raise RunError(f"run {run.id} did not start on {host.name} (no pid after 10s): "
+                       f"{started.stderr.strip() or 'see ' + run.log}")
+    return run
+
+
+def follow(host: Host, run: Run, offset: int, limit: int = MAX_CHUNK) -> LogChunk:
+    """The log bytes from ``offset`` on (at most ``limit``); pass the returned offset to the next call."""
+    try:
+        data = host.read_bytes(run.log, offset, min(limit, MAX_CHUNK))
+    except HostUnreachable:
+        raise
+    except HostError as exc:
+        what = "log" if host.exists(run.dir) else "run folder"
+        raise RunError(f"the {what} of run {run.id} is gone from {host.name}: {exc}") from exc
+    return LogChunk(data, offset + len(data))
+
+
+def status(host: Host, run: Run) -> RunStatus:
+    """exited (with its code), running, or vanished: no exit code and nothing of its group left."""
+    d = shlex.quote(run.dir)
+    answer = host.run(_ALIVE_SH + f"""d={d}
+[ -d "$d" ] || {{ echo missing; exit 0; }}
+p=$(cat "$d/pid" 2>/dev/null)
+[ -f "$d/exit" ] && {{ echo exited "$p" "$(cat "$d/exit")"; exit 0; }}
+[ -n "$p" ] && alive "$p" && {{ echo running "$p"; exit 0; }}
+[ -f "$d/exit" ] && {{ echo exited "$p" "$(cat "$d/exit")"; exit 0; }}
+echo vanished "$p"
+""", timeout=30.0)
+    words = answer.stdout.split()
+    if not answer.ok or not words:
+        raise RunError(f"cannot read the state of run {run.id} on {host.name}: {answer.stderr.strip()}")
+    if words[0] == "missing":
+        raise RunError(f"run folder {run.dir} is gone from {host.name}")
+    pid = int(words[1]) if len(words) > 1 and words[1].isdigit() else None
+    code = int(words[2]) if len(words) > 2 and words[2].lstrip("-").isdigit() else None
+    state: RunState = "exited" if words[0] == "exited" else "running" if words[0] == "running" else "vanished"
+    return RunStatus(state, code, pid)
+
+
+def stop(host: Host, run: Run, grace: float = 5.0) -> RunStatus:
+    """TERM the run's process group, wait up to ``grace`` seconds, then KILL what is left."""
+    d, steps = shlex.quote(run.dir), max(1, int(grace * 10))
+    result = host.run(_ALIVE_SH + f"""d={d}
+p=$(cat "$d/pid" 2>/dev/null) || exit 0
+kill -TERM "-$p" 2>/dev/null
+i=0; while alive "$p" && [ $i -lt {steps} ]; do sleep 0.1; i=$((i+1)); done
+alive "$p" || exit 0
+kill -KILL "-$p" 2>/dev/null; sleep 0.1
+[ -f "$d/exit" ] || {{ echo {KILLED_EXIT_CODE} > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"; }}
+""", timeout=grace + 30.0)
+    if not result.ok:
+        raise RunError(f"cannot stop run {run.id} on {host.name}: {result.stderr.strip()}")
+    return status(host, run)
+
+
+# -- what the log says -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Progress:
+    """One tqdm bar update: ``50% ... | 1/2 [00:05<00:05, ...]``."""
+
+    percent: float
+    done: int
+    total: int
+    elapsed: float | None
+    remaining: float | None
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    phase: Phase
+    line: str
+    progress: Progress | None = None
+    took: float | None = None  # seconds from "... took 0.35 seconds" lines
+
+
+# First match wins, so a line that fits two rows (a 100% prompt bar) is listed under the later phase first.
+PHASE_PATTERNS: tuple[tuple[Phase, str], ...] = (
+    ("done", r"Processed prompts:\s*100%"),
+    ("extracting", r"Adding requests|Processed prompts"),
+    ("warmup", r"init engine \(profile, create kv cache, warmup model\) took|Capturing CUDA graph|"
+               r"Graph capturing finished|[Ww]arming up|torch\.compile takes|Compiling a graph"),
+    ("kv_cache", r"GPU KV cache size|Maximum concurrency|# (?:GPU|CPU|cpu) blocks|Available KV cache memory|"
+                 r"Memory profiling takes"),
+    ("loading", r"Starting to load model|Loading model|Loading weights|Loading (?:safetensors|pt) checkpoint "
+                r"shards|Model loading took"),
+    ("importing", r"Automatically detected platform|Initializing an? (?:V1 )?LLM engine|non-default args|"
+                  r"vLLM API server version"),
+)
+_COMPILED = tuple((phase, re.compile(pattern)) for phase, pattern in PHASE_PATTERNS)
+_BAR = re.compile(r"(?P<percent>\d+(?:\.\d+)?)%[^|]*\|(?:[^|]*\|)?\s*(?P<done>\d+)/(?P<total>\d+)"
+                  r"(?:\s*\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+))?")
+_TOOK = re.compile(r"\b(?:took|takes)\b.*?(?P<seconds>\d+(?:\.\d+)?)\s*(?:seconds|secs?|s)\b")
+
+
+def _clock(text: str | None) -> float | None:
+    """tqdm's ``MM:SS`` or ``H:MM:SS`` in seconds; None for ``?``."""
+    if not text or not text.replace(":", "").isdigit():
+        return None
+    seconds = 0.0
+    for part in text.split(":"):
+        seconds = seconds * 60 + int(part)
+    return seconds
+
+
+def phases(text: str) -> list[PhaseEvent]:
+    """Every line of ``text`` that marks a phase, in order. tqdm's ``\\r`` updates count as lines."""
+    events = []
+    for raw in re.split(r"[\r\n]+", text):
+        line = raw.strip()
+        phase = next((name for name, pattern in _COMPILED if pattern.search(line)), None)
+        if phase is None:
+            continue
+        bar, took = _BAR.search(line), _TOOK.search(line)
+        progress = None
+        if bar:
+            progress = Progress(float(bar["percent"]), int(bar["done"]), int(bar["total"]),
+                                _clock(bar["elapsed"]), _clock(bar["remaining"]))
+        events.append(PhaseEvent(phase, line, progress, float(took["seconds"]) if took else None))
+    return events
+
+
+def load_duration(events: Sequence[PhaseEvent]) -> float | None:
+    """How long loading took, from ``Model loading took ... and N seconds``: what LoadEta learns from."""
+    took = [event.took for event in events if event.phase == "loading" and event.took is not None]
+    return took[-1] if took else None
+
+
+@dataclass(frozen=True)
+class LoadEta:
+    """Seconds until loading ends: from this run's shard bar once it moves, else from earlier loads."""
+
+    earlier_loads: Sequence[float] = ()  # load durations of earlier runs of the same target, in seconds
+
+    def remaining(self, seconds_loading: float, progress: Progress | None = None) -> float | None:
+        if progress is not None and progress.total and progress.done >= progress.total:
+            return 0.0
+        if progress is not None and progress.done > 0 and progress.elapsed:
+            return progress.elapsed / progress.done * (progress.total - progress.done)
+        if self.earlier_loads:
+            return max(0.0, statistics.median(self.earlier_loads) - seconds_loading)
+        return None

@@ -1,0 +1,319 @@
+"""Python tracebacks in a cleaned job log: find them all, and pick the one that explains the failure.
+
+``extract_tracebacks`` reads each process's lines on their own, and each vLLM logger record on its own (a
+worker logs every line of its traceback behind the same ``ERROR ... [multiproc_executor.py:863]`` prefix),
+so interleaved output never mixes. Chained causes and exception-group members are kept. ``root_cause``
+looks past the wrappers that only say "see above". Import all of it from ``tools.logs``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from tools.logs import LogLine
+
+MAX_MESSAGE_CHARS = 4096
+MAX_FRAMES = 60  # the innermost ones: that is where the fault is
+MAX_MESSAGE_LINES = 200
+MAX_CODE_CHARS = 500
+_ChainKind = Literal["cause", "context"]
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    file: str
+    line: int
+    func: str  # "" for a frame printed without one (SyntaxError)
+    code: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Traceback:
+    proc: str | None
+    frames: tuple[Frame, ...]  # outermost first, as printed; at most MAX_FRAMES innermost ones
+    # As written, qualified when the log qualifies it; None when the log stops before the exception line.
+    exc_type: str | None
+    message: str  # may span lines; at most MAX_MESSAGE_CHARS
+    cause: Traceback | None  # the exception printed before this one in its chain
+    context_kind: _ChainKind | None  # "cause": raised from the cause; "context": raised while handling it
+    first_lineno: int
+    last_lineno: int
+    exceptions: tuple[Traceback, ...] = ()  # members of an exception group
+    level: str | None = None  # logger level when the traceback was logged through a vLLM logger
+    omitted_frames: int = 0
+
+    @property
+    def short_type(self) -> str:
+        return (self.exc_type or "").rpartition(".")[2]
+
+
+_HEADER = "Traceback (most recent call last):"
+_GROUP_HEADER = "Exception Group Traceback (most recent call last):"
+_STARTS = (_HEADER, "  + " + _GROUP_HEADER, "+ " + _GROUP_HEADER)
+_CHAIN_MARKERS: dict[str, _ChainKind] = {
+    "The above exception was the direct cause of the following exception:": "cause",
+    "During handling of the above exception, another exception occurred:": "context",
+}
+_TOP_GROUP = re.compile(r"( *)\+ " + re.escape(_GROUP_HEADER))
+_FRAME = re.compile(r'\s*>?\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+_EXCEPTION_LINE = re.compile(r"(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::(?: (?P<message>.*))?)?")
+# Lines that start some other record, so they cannot continue an exception message.
+_NOT_A_MESSAGE = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s|\[?\d{4}-\d\d-\d\d[ T]|\[?[IWEF]\d{4} \d\d:\d\d"
+    r"|\S+\.py:\d+: \w*Warning:|\[rank\d+\]|\[Gloo\]|Process [\w\-]+:$"
+)
+# Exception-group drawing, seen with the group's own margin removed.
+_FIRST_MEMBER = re.compile(r"\+-\+-+ (?:\d+|\.\.\.) -+")
+_NEXT_MEMBER = re.compile(r"  \+-{3,}(?: (?P<number>\d+|\.\.\.) -+)?")
+
+_FIRST_WINDOW = 400  # lines of the log read after a traceback's first line, at first
+
+
+def extract_tracebacks(lines: Sequence[LogLine]) -> list[Traceback]:
+    """Every traceback in ``lines`` (the last exception of each chain), in log order."""
+    found: list[Traceback] = []
+    parsed_until: dict[tuple[str | None, ...], int] = {}  # stream -> last line already parsed in it
+    for start in [i for i, line in enumerate(lines) if line.text.startswith(_STARTS)]:
+        head = lines[start]
+        stream = (head.proc, head.level, head.source, head.timestamp)
+        if parsed_until.get(stream, 0) >= head.lineno:
+            continue  # a later link of a chain read already
+        # A stream is one process's untagged lines, or the lines of one logger record. Read a window of
+        # the log that grows until the traceback ends inside it, rather than the rest of a huge log.
+        window = _FIRST_WINDOW
+        while True:
+            items = [(ln.text, ln.lineno) for ln in lines[start : start + window] if _in_stream(ln, stream)]
+            traceback, end = _Parser(items, head.proc, head.level).chain(0)
+            if end < len(items) or start + window >= len(lines):
+                break
+            window *= 8
+        parsed_until[stream] = items[end - 1][1]
+        found.append(traceback)
+    return found
+
+
+def _in_stream(line: LogLine, stream: tuple[str | None, ...]) -> bool:
+    return (line.proc, line.level, line.source, line.timestamp) == stream
+
+
+class _Parser:
+    """Reads tracebacks from one stream's (text, lineno) pairs; every method returns the next index too."""
+
+    def __init__(self, items: list[tuple[str, int]], proc: str | None, level: str | None) -> None:
+        self.items, self.proc, self.level = items, proc, level
+
+    def text(self, i: int) -> str | None:
+        return self.items[i][0] if i < len(self.items) else None
+
+    def chain(self, i: int) -> tuple[Traceback, int]:
+        """The chain starting at ``i``: oldest exception first, each next one pointing back at it."""
+        traceback, i = self.one(i, None, None)
+        while True:
+            marker = self.skip_blank(i)
+            kind = _CHAIN_MARKERS.get(self.text(marker) or "")
+            start = self.skip_blank(marker + 1)
+            if kind is None or not _starts_traceback(self.text(start) or ""):
+                return traceback, i
+            traceback, i = self.one(start, traceback, kind)
+
+    def one(self, i: int, cause: Traceback | None, kind: _ChainKind | None) -> tuple[Traceback, int]:
+        header, first_lineno = self.items[i]
+        if top_group := _TOP_GROUP.match(header):  # "  + Exception Group Traceback": read it without margin
+            indent, end = top_group.group(1), i + 1
+            while _in_margin(self.text(end), indent):
+                end += 1
+            view = _Parser(_demargin(self.items[i:end], len(indent)), self.proc, self.level)
+            return view.one(0, cause, kind)[0], end
+        frames: deque[Frame] = deque(maxlen=MAX_FRAMES)
+        j, seen_frames = i, 0
+        if header.startswith((_HEADER, _GROUP_HEADER)):  # else a bare exception line: it was never raised
+            j, seen_frames = self.frames(i + 1, frames)
+        exc_type, message = None, []
+        if exception := _EXCEPTION_LINE.fullmatch(self.text(j) or ""):
+            exc_type, message, j = exception["type"], [exception["message"] or ""], j + 1
+            while len(message) < MAX_MESSAGE_LINES and _continues_message(self.text(j)):
+                message.append(self.items[j][0])
+                j += 1
+        members: tuple[Traceback, ...] = ()
+        if header.startswith(_GROUP_HEADER) and _FIRST_MEMBER.fullmatch(self.text(j) or ""):
+            members, j = self.members(j)
+        traceback = Traceback(
+            proc=self.proc,
+            frames=tuple(frames),
+            exc_type=exc_type,
+            message="\n".join(message)[:MAX_MESSAGE_CHARS],
+            cause=cause,
+            context_kind=kind,
+            first_lineno=first_lineno,
+            last_lineno=self.items[j - 1][1] if j > i else first_lineno,
+            exceptions=members,
+            level=self.level,
+            omitted_frames=seen_frames - len(frames),
+        )
+        return traceback, j
+
+    def frames(self, j: int, frames: deque[Frame]) -> tuple[int, int]:
+        """``File ...`` lines and their code, up to the exception line; also returns how many were seen."""
+        seen, file, line, func, code = 0, "", 0, "", ""
+        while (text := self.text(j)) is not None:
+            stripped = text.strip()
+            if _is_frame(stripped) and (match := _FRAME.match(text)):
+                if seen:
+                    frames.append(Frame(file, line, func, code))
+                file, line, func, code = match["file"], int(match["line"]), match["func"] or "", ""
+                seen += 1
+            elif text.startswith("  "):
+                # Source lines, caret or tilde markers, "[Previous line repeated N more times]".
+                if seen and not code and stripped.strip("^~ ") and not stripped.startswith("[Previous line"):
+                    code = stripped[:MAX_CODE_CHARS]
+            elif stripped or not _is_frame((self.text(self.skip_blank(j)) or "").lstrip()):
+                break  # (a blank line between frames: loguru's "diagnose" style)
+            j += 1
+        if seen:
+            frames.append(Frame(file, line, func, code))
+        return j, seen
+
+    def members(self, j: int) -> tuple[tuple[Traceback, ...], int]:
+        """The members of an exception group, from its first ``+-+---- 1 ----`` separator on."""
+        members: list[Traceback] = []
+        while (text := self.text(j)) is not None:
+            separator = _NEXT_MEMBER.fullmatch(text)
+            if not (separator or _FIRST_MEMBER.fullmatch(text)):
+                break
+            j += 1
+            if separator and separator["number"] is None:
+                break  # the closing line
+            start = j
+            while _in_member(self.text(j)):
+                j += 1
+            view, i = _Parser(_demargin(self.items[start:j], 2), self.proc, self.level), 0
+            while i < len(view.items):
+                if _starts_traceback(view.items[i][0]):
+                    member, i = view.chain(i)
+                    members.append(member)
+                else:
+                    i += 1
+        return tuple(members), j
+
+    def skip_blank(self, i: int) -> int:
+        while (text := self.text(i)) is not None and not text.strip():
+            i += 1
+        return i
+
+
+def _continues_message(text: str | None) -> bool:
+    return bool(
+        text
+        and text.strip()
+        and text not in _CHAIN_MARKERS
+        and not text.startswith((*_STARTS, _GROUP_HEADER, "+-+"))
+        and not _NOT_A_MESSAGE.match(text)
+    )
+
+
+def _is_frame(stripped: str) -> bool:
+    return stripped.startswith(("File ", "> File "))
+
+
+def _in_member(text: str | None) -> bool:
+    return text is not None and text.startswith("  ") and not _NEXT_MEMBER.fullmatch(text)
+
+
+def _starts_traceback(text: str) -> bool:
+    return text.startswith((*_STARTS, _GROUP_HEADER)) or _EXCEPTION_LINE.fullmatch(text) is not None
+
+
+def _in_margin(text: str | None, indent: str) -> bool:
+    return text is not None and text.startswith(indent) and text[len(indent) :].lstrip(" ")[:1] in ("|", "+")
+
+
+def _demargin(items: list[tuple[str, int]], width: int) -> list[tuple[str, int]]:
+    """Lines of a group drawn at ``width``: ``| text`` becomes ``text``; the group's drawing is kept."""
+    view = []
+    for text, lineno in items:
+        inner = text[width:] if text.startswith(" " * width) else text.lstrip(" ")
+        inner = inner[2:] if inner[:2] in ("| ", "+ ") else "" if inner in ("|", "+") else inner
+        view.append((inner, lineno))
+    return view
+
+
+def _chain(traceback: Traceback) -> Iterator[Traceback]:
+    node: Traceback | None = traceback
+    while node is not None:
+        yield node
+        node = node.cause
+
+
+# ---- which traceback explains the failure ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WrapperSignal:
+    """Marks a traceback by its short exception name and/or a case-insensitive piece of its message."""
+
+    exc_type: str | None = None
+    message: str | None = None
+
+    def matches(self, traceback: Traceback) -> bool:
+        if self.exc_type is not None and traceback.short_type != self.exc_type:
+            return False
+        return self.message is None or self.message.lower() in traceback.message.lower()
+
+
+# Tracebacks that only point elsewhere for their cause: vLLM's driver and engine re-raise worker failures so.
+GENERIC_WRAPPER_SIGNALS: tuple[WrapperSignal, ...] = (
+    WrapperSignal(message="please check the stack trace above for the root cause"),
+    WrapperSignal(message="see root cause above"),
+    WrapperSignal(message="see stack trace for root cause"),
+    WrapperSignal(message="see stack trace (above) for the root cause"),
+    WrapperSignal(message="enginecore encountered an issue"),
+    WrapperSignal(message="engine core initialization failed"),
+    WrapperSignal(message="initialization failed due to an exception in a background process"),
+    WrapperSignal(exc_type="RuntimeError", message="worker failed"),
+    WrapperSignal(exc_type="EngineDeadError"),
+    WrapperSignal(exc_type="EngineGenerateError"),
+    WrapperSignal(exc_type="ExceptionGroup"),
+    WrapperSignal(exc_type="BaseExceptionGroup"),
+)
+# Tracebacks of processes being torn down because something else already failed.
+SHUTDOWN_NOISE_SIGNALS: tuple[WrapperSignal, ...] = (
+    WrapperSignal(exc_type="KeyboardInterrupt"),
+    WrapperSignal(exc_type="SystemExit"),
+    WrapperSignal(exc_type="BrokenPipeError"),
+    WrapperSignal(exc_type="CancelledError"),
+)
+_QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})  # logged and carried on: probably handled
+
+
+def root_cause(tracebacks: Sequence[Traceback]) -> Traceback | None:
+    """The traceback that explains the failure: the earliest informative one, looking through chains and
+    groups; wrappers, teardown noise and handled (quietly logged) ones only when nothing better exists."""
+    candidates = [node for traceback in tracebacks for node in _all_nodes(traceback)]
+    return min(candidates, key=_explanatory_rank, default=None)
+
+
+def _all_nodes(traceback: Traceback) -> Iterator[Traceback]:
+    for node in _chain(traceback):
+        yield node
+        for member in node.exceptions:
+            yield from _all_nodes(member)
+
+
+def _explanatory_rank(traceback: Traceback) -> tuple[int, int]:
+    if traceback.exc_type is None:
+        rank = 4 if traceback.frames else 6
+    elif any(signal.matches(traceback) for signal in GENERIC_WRAPPER_SIGNALS):
+        rank = 5
+    elif any(signal.matches(traceback) for signal in SHUTDOWN_NOISE_SIGNALS):
+        rank = 3
+    elif traceback.level in _QUIET_LEVELS:
+        rank = 2
+    else:
+        rank = 0
+    # Earliest first: the first exception raised is the cause of the ones printed after it.
+    return rank, traceback.first_lineno
