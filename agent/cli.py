@@ -15,6 +15,7 @@ app = typer.Typer(help="medic: takes a long extraction job from library-drift cr
 app.add_typer(lab_app, name="lab")
 app.command(context_settings={"allow_extra_args": False})(cli_run.run)
 app.command()(cli_run.resume)
+app.command()(cli_run.revert)
 
 
 def main() -> None:

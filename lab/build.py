@@ -29,6 +29,7 @@ SPECULATORS_RUNTIME = (
     "loguru", "pydantic-settings", "datasets", "accelerate", "typer-slim", "httpx[http2]", "huggingface-hub<1.0",
 )
 RUN_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
+PROBE_IMPORTS = "import vllm, speculators.data_generation, transformers; print(vllm.__version__)"
 DEFAULT_ROOT = Path(os.environ.get("MEDIC_LAB_DIR", Path.home() / ".cache" / "medic" / "lab"))
 
 
@@ -166,7 +167,7 @@ class LabBuilder:
 
         def probe() -> None:
             self._run(
-                [str(p.python), "-c", "import vllm, speculators.data_generation, transformers; print(vllm.__version__)"],
+                [str(p.python), "-c", PROBE_IMPORTS],
                 "importing vllm and speculators in the lab venv",
             )
 
@@ -196,7 +197,9 @@ class LabBuilder:
         except (OSError, ValueError, KeyError):
             return False
 
-    def build(self, sizes: tuple[str, ...] = ("tiny",), on_step: Callable[[Step, str], None] | None = None) -> list[str]:
+    def build(
+        self, sizes: tuple[str, ...] = ("tiny",), on_step: Callable[[Step, str], None] | None = None
+    ) -> list[str]:
         """Run every step that is not stamped; returns the names of the steps reused."""
         reused: list[str] = []
         steps = self.steps(sizes)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Step
 from tools.envprobe import probe_env
@@ -36,7 +36,7 @@ def build(
     builder = LabBuilder(LabPaths(path))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=False) as progress:
-        tasks: dict[str, int] = {}
+        tasks: dict[str, TaskID] = {}
 
         def on_step(step: Step, state: str) -> None:
             if step.name not in tasks:

@@ -63,7 +63,7 @@ class SSHServer:
         """Start sshd and wait until it answers with an SSH banner."""
         if self.process is not None and self.process.poll() is None:
             return
-        log = open(self.log_path, "ab")  # noqa: SIM115 - sshd writes to it for as long as it runs
+        log = open(self.log_path, "ab")
         self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")],
                                         stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         log.close()

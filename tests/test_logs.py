@@ -7,6 +7,7 @@ tests/data/lab_logs (captured from the real lab), must yield the expected root c
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -323,6 +324,36 @@ def test_syntax_errors_and_untrusted_messages_are_only_text() -> None:
     (error,) = _tracebacks(text)
     assert error.frames == (Frame("/work/job/gen.py", 2, "", "eval(__import__('os').system('false'))"),)
     assert error.message == "__import__('os').system('rm -rf /')"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"Traceback (most recent call last):\n" + b" " * 200_000 + b"File x\n",
+        b'Traceback (most recent call last):\n  File "' + b"x" * 200_000 + b"\n",
+        b"Traceback (most recent call last):\n" + b"a." * 100_000 + b"\n",
+        b"1" * 200_000
+        + b"%|\n"
+        + b"(" * 200_000
+        + b") x\n"
+        + b"INFO 12-02 10:15:01 ["
+        + b"a" * 200_000
+        + b"\n",
+        b"\x1b[" + b"1;" * 100_000 + b"\n\x1b]" + b"x" * 200_000 + b"\n",
+        b"Traceback (most recent call last):\n" * 20_000,
+    ],
+    ids=["spaces", "unclosed-quote", "dotted", "lookalikes", "escapes", "headers-only"],
+)
+def test_hostile_lines_parse_in_linear_time(data: bytes) -> None:
+    started = time.perf_counter()
+    root_cause(extract_tracebacks(clean_lines(data)))
+    assert time.perf_counter() - started < 5  # backtracking regexes would take minutes here
+
+
+def test_several_tracebacks_in_one_stream_come_out_in_order() -> None:
+    one = 'Traceback (most recent call last):\n  File "/x.py", line {0}, in f\nValueError: {0}\n'
+    text = "".join(one.format(n) + f"INFO 12-02 10:15:0{n} [x.py:1] step {n}\n" for n in range(3))
+    assert [traceback.message for traceback in _tracebacks(text)] == ["0", "1", "2"]
 
 
 # ---- root_cause ------------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import shlex
+import signal
 import subprocess
 import tempfile
 import time
@@ -166,10 +166,8 @@ class LocalHost:
 
         is_link = stat_mod.S_ISLNK(st.st_mode)
         if is_link:
-            try:
+            with contextlib.suppress(OSError):
                 st = os.stat(path)
-            except OSError:
-                pass
         return FileStat(st.st_size, st.st_mtime, st.st_mode, stat_mod.S_ISDIR(st.st_mode), is_link)
 
     def exists(self, path: str) -> bool:

@@ -60,7 +60,7 @@ _CHAIN_MARKERS: dict[str, _ChainKind] = {
     "During handling of the above exception, another exception occurred:": "context",
 }
 _TOP_GROUP = re.compile(r"( *)\+ " + re.escape(_GROUP_HEADER))
-_FRAME = re.compile(r'\s*>?\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+_FRAME = re.compile(r'(?:> )?File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
 _EXCEPTION_LINE = re.compile(r"(?P<type>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?::(?: (?P<message>.*))?)?")
 # Lines that start some other record, so they cannot continue an exception message.
 _NOT_A_MESSAGE = re.compile(
@@ -71,30 +71,30 @@ _NOT_A_MESSAGE = re.compile(
 _FIRST_MEMBER = re.compile(r"\+-\+-+ (?:\d+|\.\.\.) -+")
 _NEXT_MEMBER = re.compile(r"  \+-{3,}(?: (?P<number>\d+|\.\.\.) -+)?")
 
-_FIRST_WINDOW = 400  # lines of the log read after a traceback's first line, at first
+_FIRST_WINDOW = 100  # lines of the log read after a traceback's first line, at first
 
 
 def extract_tracebacks(lines: Sequence[LogLine]) -> list[Traceback]:
     """Every traceback in ``lines`` (the last exception of each chain), in log order."""
     found: list[Traceback] = []
-    parsed_until: dict[tuple[str | None, ...], int] = {}  # stream -> last line already parsed in it
+    parsed_until: dict[tuple[str | None, ...], int] = {}  # stream -> its last line read already
     for start in [i for i, line in enumerate(lines) if line.text.startswith(_STARTS)]:
         head = lines[start]
         stream = (head.proc, head.level, head.source, head.timestamp)
         if parsed_until.get(stream, 0) >= head.lineno:
-            continue  # a later link of a chain read already
+            continue  # read already, as part of an earlier traceback or window
         # A stream is one process's untagged lines, or the lines of one logger record. Read a window of
-        # the log that grows until the traceback ends inside it, rather than the rest of a huge log.
+        # the log that grows until a traceback ends inside it, rather than the rest of a huge log.
         window = _FIRST_WINDOW
         while True:
             items = [(ln.text, ln.lineno) for ln in lines[start : start + window] if _in_stream(ln, stream)]
-            traceback, end = _Parser(items, head.proc, head.level).chain(0)
-            if end < len(items) or start + window >= len(lines):
+            complete = _Parser(items, head.proc, head.level).tracebacks(start + window >= len(lines))
+            if complete:
                 break
             window *= 8
-        parsed_until[stream] = items[end - 1][1]
-        found.append(traceback)
-    return found
+        found += [traceback for traceback, _ in complete]
+        parsed_until[stream] = complete[-1][1]
+    return sorted(found, key=lambda traceback: min(node.first_lineno for node in _chain(traceback)))
 
 
 def _in_stream(line: LogLine, stream: tuple[str | None, ...]) -> bool:
@@ -106,6 +106,20 @@ class _Parser:
 
     def __init__(self, items: list[tuple[str, int]], proc: str | None, level: str | None) -> None:
         self.items, self.proc, self.level = items, proc, level
+
+    def tracebacks(self, to_the_end: bool) -> list[tuple[Traceback, int]]:
+        """Each traceback that ends before the last item (or at it, when the items run to the end of the
+        log), with the line number where it ends."""
+        complete, i = [], 0
+        while i < len(self.items):
+            if not self.items[i][0].startswith(_STARTS):
+                i += 1
+                continue
+            traceback, i = self.chain(i)
+            if i >= len(self.items) and not to_the_end:
+                break  # it may go on past the window
+            complete.append((traceback, self.items[i - 1][1]))
+        return complete
 
     def text(self, i: int) -> str | None:
         return self.items[i][0] if i < len(self.items) else None
@@ -162,7 +176,7 @@ class _Parser:
         seen, file, line, func, code = 0, "", 0, "", ""
         while (text := self.text(j)) is not None:
             stripped = text.strip()
-            if _is_frame(stripped) and (match := _FRAME.match(text)):
+            if _is_frame(stripped) and (match := _FRAME.match(stripped)):
                 if seen:
                     frames.append(Frame(file, line, func, code))
                 file, line, func, code = match["file"], int(match["line"]), match["func"] or "", ""

@@ -39,7 +39,7 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
         run = runs.launch(deps.host, list(cfg.target.command), run_dir=base, cwd=cfg.target.workdir,
                           env=cfg.target.env)
         deps.host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": run.dir, "at": time.time()}).encode())
-        record.update(run_id=run.id, run_dir=run.dir)
+        record["run_id"], record["run_dir"] = run.id, run.dir
         deps.record("launch", "launch", {"n": n, "kind": "target", "run_dir": run.dir,
                                          "command": cfg.target.command})
     return {"launches": [*launches, record], "run": record}
@@ -113,8 +113,8 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
             outcome = "timeout"
             break
         time.sleep(deps.poll_interval)
-    record.update(outcome=outcome, ended=deps.clock(), phases=seen_phases, checks_during_load=results,
-                  load_seconds=load_seconds(seen_phases))
+    record["outcome"], record["ended"], record["phases"] = outcome or "", deps.clock(), seen_phases
+    record["checks_during_load"], record["load_seconds"] = results, load_seconds(seen_phases)
     deps.record("run_end", "watch", {"outcome": outcome, "exit_code": record.get("exit_code"),
                                      "seconds": round(record["ended"] - started, 1), "launch": record["n"],
                                      "phases": seen_phases})

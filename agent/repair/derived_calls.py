@@ -20,7 +20,14 @@ from agent.repair.context import (
     read_source,
     resolve_callee,
 )
-from agent.repair.edits import Source, add_keyword, assignment_before, local_names, remove_keyword, rename_keyword
+from agent.repair.edits import (
+    Source,
+    add_keyword,
+    assignment_before,
+    local_names,
+    remove_keyword,
+    rename_keyword,
+)
 from agent.repair.types import Candidate, Check, Fault, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError

@@ -91,7 +91,8 @@ def library_indexes_result(ctx: RepairContext, src: Source, call: ast.Call) -> l
     ours = {k.arg for k in call.keywords if k.arg}
     if not method or not ours:
         return None
-    whole, indexed, evidence = 0, 0, []
+    whole, indexed = 0, 0
+    evidence: list[str] = []
     for package in ctx.library_packages:
         try:
             sites = src_tools.call_sites(ctx.host, ctx.python, package, method)

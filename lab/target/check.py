@@ -55,7 +55,7 @@ def main() -> int:
             problems.append(f"sequence {index}: {len(states)} layers, expected {len(layer_ids)}")
             continue
         shapes_ok = True
-        for layer, tensor in zip(layer_ids, states):
+        for layer, tensor in zip(layer_ids, states, strict=False):
             shape = tuple(torch.as_tensor(tensor).shape)
             if shape != (len(ids), hidden):
                 problems.append(f"sequence {index} layer {layer}: shape {shape}, expected {(len(ids), hidden)}")
@@ -66,7 +66,7 @@ def main() -> int:
             model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.float32).eval()
         with torch.no_grad():
             reference = model(ids.unsqueeze(0), output_hidden_states=True).hidden_states
-        for layer, tensor in zip(layer_ids, states):
+        for layer, tensor in zip(layer_ids, states, strict=False):
             err = (torch.as_tensor(tensor).float() - reference[layer + 1][0]).abs().max().item()
             per_layer[layer] = max(per_layer.get(layer, 0.0), err)
             if not err <= args.tolerance:

@@ -27,7 +27,7 @@ CORPUS = [
 
 
 def build_tokenizer(out_dir: str, vocab_size: int):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
