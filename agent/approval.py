@@ -6,10 +6,40 @@ from typing import Any
 
 from agent.deps import Deps
 from agent.state import SessionState
-from tools.errors import PatchError, UsageError
-from tools.patches import patch_from_diff
+from tools.errors import PatchError, SessionError, UsageError
+from tools.host import Host
+from tools.patches import patch_from_diff, sha256
 
 ACTIONS = ("approve", "edit", "reject")
+
+
+def stale_files(host: Host, patch: dict[str, Any]) -> list[str]:
+    """One line per file of ``patch`` (a Patch as dict) whose bytes are no longer those it was made from."""
+    stale = []
+    for file in patch.get("files", ()):
+        path, expected = file["path"], file["sha256_before"]
+        if host.stat(path) is None:
+            stale.append(f"{path} no longer exists")
+            continue
+        digest = sha256(host.read_bytes(path))
+        if digest != expected:
+            stale.append(f"{path} changed (sha256 {digest[:12]}, the patch expects {expected[:12]})")
+    return stale
+
+
+def refuse_if_stale(host: Host, session_id: str, proposal: dict[str, Any]) -> None:
+    """An approval is of the diff a person read; if its file moved on, that diff is not what would be applied.
+
+    The CLI calls this before it resumes anything, so a refused approval writes nothing and the patch stays
+    pending: the person can reject it (medic then makes a fresh one) or put the file back.
+    """
+    patch = proposal.get("patch") or {}
+    stale = stale_files(host, patch)
+    if stale:
+        raise SessionError(
+            f"patch {patch.get('id')} of session {session_id} is stale: {'; '.join(stale)} since it was "
+            f"proposed; nothing was written. Reject it (`medic approve {session_id} --reject stale`) "
+            "and medic will propose a fresh one")
 
 
 def answer_proposal(state: SessionState, deps: Deps, answer: Any) -> dict[str, Any]:
@@ -18,6 +48,12 @@ def answer_proposal(state: SessionState, deps: Deps, answer: Any) -> dict[str, A
         raise UsageError(f"an approval answer is one of {', '.join(ACTIONS)}, not {answer!r}")
     action = answer["action"]
     patch_id = proposal.get("patch", {}).get("id")
+    if action == "approve" and (stale := stale_files(deps.host, proposal.get("patch") or {})):
+        # Not raised: LangGraph keeps a consumed resume value for a task that failed, so the next answer
+        # would be ignored. Back to repair without marking it tried: the same patch is proposed again.
+        deps.record("approval_refused", "approve", {"patch_id": patch_id, "why": "stale: " + "; ".join(stale),
+                                                    "by": answer.get("by", "")})
+        return {"proposal": None}
     deps.record("approval_answer", "approve", {"patch_id": patch_id, "action": action,
                                                "reason": answer.get("reason", ""), "by": answer.get("by", "")})
     if action == "approve":
@@ -25,11 +61,22 @@ def answer_proposal(state: SessionState, deps: Deps, answer: Any) -> dict[str, A
     if action == "reject":
         return {"proposal": None, "tried": [*(state.get("tried") or []), patch_id]}
     try:
-        edited = patch_from_diff(deps.host, answer["diff"], rationale=proposal["rationale"] + " (edited by a person)",
-                                 origin=proposal["origin"] + "+edited", evidence=tuple(proposal.get("evidence", ())),
-                                 checks=tuple(proposal["patch"].get("checks", ())))
+        edited = edited_patch(deps.host, proposal, answer.get("diff") or "")
     except PatchError as err:
         deps.record("patch_refused", "approve", {"patch_id": patch_id, "why": f"edited diff: {err}"})
         return {"proposal": None, "tried": [*(state.get("tried") or []), patch_id]}
     proposal["patch"] = edited.model_dump(mode="json")
+    proposal["origin"] = edited.origin
     return {"proposal": proposal}
+
+
+def edited_patch(host: Host, proposal: dict[str, Any], diff: str) -> Any:
+    """The person's diff as a Patch pinned to the files as they are now (PatchError if it does not apply).
+
+    Shared by the graph and the CLI, so a diff the CLI accepted is the one the graph applies.
+    """
+    patch = proposal.get("patch") or {}
+    origin = str(proposal.get("origin") or patch.get("origin") or "unknown")
+    return patch_from_diff(host, diff, rationale=str(proposal.get("rationale", "")) + " (edited by a person)",
+                           origin=origin if origin.endswith("+edited") else origin + "+edited",
+                           evidence=tuple(proposal.get("evidence", ())), checks=tuple(patch.get("checks", ())))

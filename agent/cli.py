@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from agent import cli_run
+from agent import cli_approve, cli_run
 from lab.cli import app as lab_app
 from tools.errors import MedicError
 
@@ -16,6 +16,9 @@ app.add_typer(lab_app, name="lab")
 app.command(context_settings={"allow_extra_args": False})(cli_run.run)
 app.command()(cli_run.resume)
 app.command()(cli_run.revert)
+app.command()(cli_approve.sessions)
+app.command()(cli_approve.approve)
+app.command()(cli_approve.policy_check)
 
 
 def main() -> None:

@@ -18,12 +18,18 @@ from tools.errors import UsageError
 console = Console(stderr=True)
 
 
-def lab_target(root: Path = DEFAULT_ROOT) -> Target:
+def lab_target(root: Path = DEFAULT_ROOT, size: str = "tiny") -> Target:
+    """The embedded lab as a target. With the large model, the tiny one is its canary."""
     paths = LabPaths(root)
     if not paths.python.exists():
         raise UsageError(f"no lab at {root}: run `medic lab build` (or pass --python/--workdir/-- COMMAND)")
-    return Target(python=str(paths.python), workdir=str(paths.work), command=paths.command(),
-                  env=dict(RUN_ENV), validate_command=paths.validate_command())
+    if not paths.model(size).exists():
+        raise UsageError(f"the lab has no {size} model: run `medic lab build --size {size}`")
+    canary = size != "tiny"
+    return Target(python=str(paths.python), workdir=str(paths.work), command=paths.command(size),
+                  env=dict(RUN_ENV), validate_command=paths.validate_command(size),
+                  canary_command=paths.command("tiny") if canary else None,
+                  canary_validate_command=paths.validate_command("tiny") if canary else None)
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -51,6 +57,12 @@ def run(
     trust_new_host: Annotated[bool, typer.Option(help="accept and record an unknown host key")] = False,
     postmortem: Annotated[bool, typer.Option(help="print the postmortem at the end")] = False,
     lab: Annotated[Path, typer.Option(help="the embedded lab to run when no target is given")] = DEFAULT_ROOT,
+    llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for repairs no playbook "
+                                                     "or derived repair finds (key: $OPENAI_API_KEY)")] = None,
+    llm_model: Annotated[str | None, typer.Option(help="model name at that endpoint")] = None,
+    lab_size: Annotated[str, typer.Option(help="lab model: tiny, or large (then tiny is the canary)")] = "tiny",
+    canary: Annotated[bool, typer.Option(help="run the canary before the target model")] = True,
+    policy: Annotated[Path | None, typer.Option(help="rules that auto-approve or deny patches (YAML/TOML)")] = None,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
     if mode not in ("unattended", "approve"):
@@ -62,11 +74,18 @@ def run(
                         validate_command=shlex.split(validate) if validate else None,
                         trust_new_host=trust_new_host)
     else:
-        target = lab_target(lab)
+        target = lab_target(lab, lab_size)
         target = target.model_copy(update={"env": {**target.env, **parse_env(env or [])}})
     config = SessionConfig(
         session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
-        budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces)
+        budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary,
+        llm={k: v for k, v in {"base_url": llm_base_url, "model": llm_model}.items() if v} if (
+            llm_base_url or llm_model) else None)
+    if policy is not None:
+        from agent.policy import load_policy
+
+        load_policy(policy)  # a bad file fails here, in one line, not inside the graph
+        config = config.model_copy(update={"policy_file": str(policy.resolve())})
     require_new(config)
     save_config(config)
     console.print(f"session [bold]{config.session_id}[/] — trace {Path(traces) / (config.session_id + '.jsonl')}")

@@ -31,6 +31,7 @@ class Target(BaseModel):
     library_packages: list[str] = Field(default_factory=lambda: ["vllm"])
     trust_new_host: bool = False
     canary_command: list[str] | None = None  # same driver on a tiny model of the same architecture
+    canary_validate_command: list[str] | None = None
 
     @field_validator("python", "workdir")
     @classmethod

@@ -1,6 +1,6 @@
 """The medic loop as a LangGraph StateGraph. Read top-down: the nodes, then the routers, then the wiring.
 
-    preflight ─► launch ─► watch ─(exit 0)─► validate ─(verified)─► report
+    preflight ─► scan ─► launch ─► watch ─(exit 0)─► validate ─(verified)─► report
                    ▲         ├─(crashed)─► diagnose ─► repair ─► [approve] ─► apply ─► verify ─┐
                    │         └─(a check failed while loading)─► revert ─► repair          │
                    └───────────────────────────────────────────────────────────(checks ok)┘
@@ -17,10 +17,11 @@ from langgraph.types import interrupt
 
 from agent.deps import Deps
 from agent.nodes.diagnose import diagnose
-from agent.nodes.launch import launch, watch
+from agent.nodes.launch import launch, on_canary, target_launches, watch
 from agent.nodes.patching import apply, repair, revert, verify, verify_passed
 from agent.nodes.preflight import preflight
 from agent.nodes.report import report
+from agent.nodes.scan import scan
 from agent.nodes.validate import validate
 from agent.state import SessionState
 
@@ -41,14 +42,17 @@ def after_diagnose(state: SessionState) -> Literal["revert", "repair"]:
     return "revert" if faults and faults[-1].get("repeated") and state.get("patches") else "repair"
 
 
-def after_validate(state: SessionState) -> Literal["report", "repair"]:
-    return "repair" if state.get("outcome") is None else "report"
+def after_validate(state: SessionState) -> Literal["report", "repair", "launch"]:
+    if state.get("outcome") is not None:
+        return "report"
+    return "repair" if state.get("fault") else "launch"  # no fault: the canary passed, the target is next
 
 
 def after_repair(state: SessionState, deps: Deps) -> Literal["approve", "apply", "report"]:
     if state.get("outcome") or not state.get("proposal"):
         return "report"
-    return "approve" if deps.config.mode == "approve" else "apply"
+    # a policy file makes even unattended sessions ask it (deny rules must bind there too)
+    return "approve" if deps.config.mode == "approve" or deps.config.policy_file else "apply"
 
 
 def after_approve(state: SessionState) -> Literal["apply", "repair"]:
@@ -62,7 +66,7 @@ def after_apply(state: SessionState) -> Literal["verify", "repair"]:
 def after_verify(state: SessionState, deps: Deps) -> Literal["launch", "revert", "report"]:
     if not verify_passed(state):
         return "revert"
-    if len(state.get("launches") or []) >= deps.config.budgets.max_launches:
+    if target_launches(state) >= deps.config.budgets.max_launches and not on_canary(state, deps):
         return "report"
     if deps.clock() - (state.get("started") or deps.clock()) > deps.config.budgets.max_wall:
         return "report"
@@ -74,7 +78,13 @@ def approve(state: SessionState, deps: Deps) -> dict[str, Any]:
     """Approve mode: wait for a person. On resume the answer is the value given to Command(resume=…)."""
     from agent.approval import answer_proposal
 
+    from agent.policy import policy_answer
+
     proposal = state.get("proposal") or {}
+    auto = policy_answer(deps.config, proposal)  # before the interrupt: an auto-answer never waits
+    if auto is not None:
+        deps.record("policy", "approve", {"patch_id": proposal.get("patch", {}).get("id"), **auto})
+        return answer_proposal(state, deps, auto)
     deps.record("approval", "approve", {"patch_id": proposal.get("patch", {}).get("id"),
                                         "session": deps.config.session_id})
     answer = interrupt({"kind": "approve_patch", "proposal": proposal})
@@ -84,8 +94,8 @@ def approve(state: SessionState, deps: Deps) -> dict[str, Any]:
 def budget_stop(state: SessionState, deps: Deps) -> dict[str, Any]:
     if state.get("outcome"):
         return {}
-    launches = len(state.get("launches") or [])
-    return {"outcome": "budget", "outcome_detail": f"budget spent after {launches} launch(es); "
+    launches = target_launches(state)
+    return {"outcome": "budget", "outcome_detail": f"budget spent after {launches} target launch(es); "
             f"the last fault: {((state.get('fault') or {}).get('message') or 'none')[:200]}"}
 
 
@@ -93,13 +103,14 @@ def build_graph(deps: Deps, checkpointer: Any = None) -> Any:
     """The compiled graph, its nodes bound to ``deps`` (host, config, engine, trace, view)."""
     graph = StateGraph(SessionState)
     for name, node in {
-        "preflight": preflight, "launch": launch, "watch": watch, "diagnose": diagnose, "repair": repair,
+        "preflight": preflight, "scan": scan, "launch": launch, "watch": watch, "diagnose": diagnose, "repair": repair,
         "approve": approve, "apply": apply, "verify": verify, "revert": revert, "validate": validate,
         "budget_stop": budget_stop, "report": report,
     }.items():
         graph.add_node(name, partial(node, deps=deps))
     graph.add_edge(START, "preflight")
-    graph.add_edge("preflight", "launch")
+    graph.add_edge("preflight", "scan")
+    graph.add_edge("scan", "launch")
     graph.add_edge("launch", "watch")
     graph.add_conditional_edges("watch", after_watch)
     graph.add_conditional_edges("diagnose", after_diagnose)

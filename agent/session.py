@@ -99,7 +99,12 @@ def make_deps(config: SessionConfig, host: Host | None = None, view: View | None
     host = host or connect_host(config)
     header = {"session": config.session_id, "config": json.loads(config.model_dump_json()), "host": host.name}
     trace = TraceWriter(Path(config.traces_dir) / f"{config.session_id}.jsonl", header, redactor)
-    return Deps(host=host, config=config, engine=engine or RepairEngine(), trace=trace, view=view or View())
+    deps = Deps(host=host, config=config, engine=engine or RepairEngine(), trace=trace, view=view or View())
+    if engine is None and config.llm is not None:
+        from agent.llm_fallback import llm_fallback
+
+        deps.engine.fallback = llm_fallback(config.llm, deps.record)
+    return deps
 
 
 def _secretish(name: str) -> bool:

@@ -70,5 +70,8 @@ class SessionState(TypedDict, total=False):
     outcome_detail: str
     """One line on why it ended so."""
 
+    canary_done: bool
+    """True once the canary (the same driver on a tiny model) produced verified output, or when there is none."""
+
     validation: dict[str, Any] | None
     """The last validator report (per-layer errors, problems)."""

@@ -17,17 +17,20 @@ from lab.build import LabPaths
 pytestmark = pytest.mark.lab
 
 MEDIC = [sys.executable, "-c", "from agent.cli import main; main()"]
-# what each fault of the cascade is, in the order the lab shows them (type, a piece of its message)
-CASCADE = [
-    ("ValidationError", "SchedulerConfig"),
-    ("RuntimeError", "NVIDIA driver"),
+# the cascade: three faults the static scan finds before any launch, then five only a run shows
+SCANNED = [
     ("TypeError", "unexpected keyword argument 'kv_cache_specs'"),
     ("TypeError", "required positional argument: 'block_size'"),
+    ("TypeError", "SchedulerConfig() missing 1 required positional argument: 'is_encoder_decoder'"),
+]
+CRASHED = [
+    ("RuntimeError", "NVIDIA driver"),
     ("AttributeError", "get_input_embeddings"),
     ("AssertionError", ""),
     ("RuntimeError", "Boolean value of Tensor"),
     ("RuntimeError", "sample_tokens() must be called"),
 ]
+CASCADE = SCANNED + CRASHED
 
 
 def medic(args: list[str], home: Path, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
@@ -62,6 +65,9 @@ def test_pristine_lab_to_verified_output_then_a_second_run_changes_nothing(prist
         assert len(faults) == len(CASCADE)
         for fault, (exc_type, piece) in zip(faults, CASCADE, strict=True):
             assert exc_type in fault["summary"] and piece in fault["summary"], fault["summary"]
+        assert [f["stage"] for f in faults] == ["scan"] * len(SCANNED) + ["crash"] * len(CRASHED)
+        launches = [e["data"] for e in trace if e["kind"] == "launch"]
+        assert len(launches) == len(CRASHED) + 1  # one launch per fault only a run can show, then the good one
         worker_faults = [f for f in faults if (f.get("proc") or "").startswith("Worker")]
         assert len(worker_faults) == 2  # two root causes only a worker process printed
         applied = [e["data"] for e in trace if e["kind"] == "applied"]
@@ -99,7 +105,7 @@ def test_revert_undoes_every_patch_of_a_session_byte_for_byte(pristine_lab: LabP
     before = speculators_digest(lab)
     try:
         run = medic(["run", "--session", "rv", "--traces", str(tmp_path), "--lab", str(lab.root),
-                     "--max-launches", "3"], tmp_path)
+                     "--max-launches", "2"], tmp_path)
         assert run.returncode == 3, run.stderr[-2000:]  # budget spent
         assert speculators_digest(lab) != before
         undo = medic(["revert", "rv"], tmp_path)

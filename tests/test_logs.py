@@ -48,9 +48,7 @@ def _tracebacks(text: str) -> list[Traceback]:
 # ---- the expected root cause of every captured and synthetic log ----------------------------------------
 
 
-@pytest.mark.parametrize(
-    "log", _cases(SYNTHETIC) + _cases(LAB), ids=lambda log: f"{log.parent.name}/{log.stem}"
-)
+@pytest.mark.parametrize("log", _cases(SYNTHETIC) + _cases(LAB), ids=lambda log: f"{log.parent.name}/{log.stem}")
 def test_root_cause_matches_expected(log: Path) -> None:
     expected = json.loads(log.with_suffix(".expected.json").read_text())
     root = root_cause(extract_tracebacks(clean_lines(log.read_bytes())))
@@ -99,9 +97,7 @@ def test_the_synthetic_cases_exist() -> None:
 def test_process_and_logger_prefixes_are_removed_and_recorded(proc: str) -> None:
     raw = f"({proc}) ERROR 12-02 10:15:01 [multiproc_executor.py:863] WorkerProc hit an exception.\n"
     assert clean_lines(raw.encode()) == [
-        LogLine(
-            proc, "ERROR", "multiproc_executor.py:863", "WorkerProc hit an exception.", 1, "12-02 10:15:01"
-        )
+        LogLine(proc, "ERROR", "multiproc_executor.py:863", "WorkerProc hit an exception.", 1, "12-02 10:15:01")
     ]
 
 
@@ -190,10 +186,7 @@ def test_feeding_in_small_chunks_gives_the_same_lines() -> None:
 def test_an_endless_redraw_line_is_held_bounded() -> None:
     cleaner = LineCleaner()
     for step in range(60_000):
-        assert (
-            cleaner.feed(f"\rProcessed prompts: {step % 100:3d}%|#| {step}/60000 [00:01<00:02]".encode())
-            == []
-        )
+        assert cleaner.feed(f"\rProcessed prompts: {step % 100:3d}%|#| {step}/60000 [00:01<00:02]".encode()) == []
     assert len(cleaner._pending) < 2 << 20
     (line,) = cleaner.finish()
     assert line.text.endswith("59999/60000 [00:01<00:02]")
@@ -296,9 +289,7 @@ def test_a_truncated_traceback_keeps_its_frames() -> None:
 
 
 def test_multi_line_messages_stop_at_the_next_record() -> None:
-    (validation,) = extract_tracebacks(
-        clean_lines((LAB / "01_scheduler_config_missing_field.log").read_bytes())
-    )
+    (validation,) = extract_tracebacks(clean_lines((LAB / "01_scheduler_config_missing_field.log").read_bytes()))
     lines = validation.message.split("\n")
     assert lines[:2] == ["1 validation error for SchedulerConfig", "is_encoder_decoder"]
     assert lines[-1].strip().startswith("For further information visit")
@@ -332,13 +323,7 @@ def test_syntax_errors_and_untrusted_messages_are_only_text() -> None:
         b"Traceback (most recent call last):\n" + b" " * 200_000 + b"File x\n",
         b'Traceback (most recent call last):\n  File "' + b"x" * 200_000 + b"\n",
         b"Traceback (most recent call last):\n" + b"a." * 100_000 + b"\n",
-        b"1" * 200_000
-        + b"%|\n"
-        + b"(" * 200_000
-        + b") x\n"
-        + b"INFO 12-02 10:15:01 ["
-        + b"a" * 200_000
-        + b"\n",
+        b"1" * 200_000 + b"%|\n" + b"(" * 200_000 + b") x\n" + b"INFO 12-02 10:15:01 [" + b"a" * 200_000 + b"\n",
         b"\x1b[" + b"1;" * 100_000 + b"\n\x1b]" + b"x" * 200_000 + b"\n",
         b"Traceback (most recent call last):\n" * 20_000,
     ],
@@ -396,9 +381,7 @@ def _single(message: str, exc_type: str = "RuntimeError") -> Traceback:
 
 
 def test_fingerprints_ignore_what_changes_between_runs() -> None:
-    one = fingerprint(
-        _single("pid=4242 tensor at 0x7f3a2b4c1d00 has 12 rows, wanted 8.5 in '/tmp/run1/x.pt'")
-    )
+    one = fingerprint(_single("pid=4242 tensor at 0x7f3a2b4c1d00 has 12 rows, wanted 8.5 in '/tmp/run1/x.pt'"))
     two = fingerprint(_single("pid=77 tensor at 0xdeadbeef has 3 rows, wanted 1.0 in '/data/other/y.pt'"))
     assert one == two
     assert one.message == "tensor at ADDR has N rows, wanted N in PATH"
@@ -427,6 +410,4 @@ def test_frame_origins() -> None:
     assert frame_origin(Frame("/work/my-site-packages-tool/x.py", 1, "f")).kind == "user"
     user = frame_origin(Frame("/work/job/extract.py", 1, "main"))
     assert (user.kind, user.package, user.path) == ("user", None, "/work/job/extract.py")
-    assert (
-        frame_origin(Frame("/srv/vllm/vllm/x.py", 1, "f"), library_markers=("/srv/vllm/",)).package == "vllm"
-    )
+    assert frame_origin(Frame("/srv/vllm/vllm/x.py", 1, "f"), library_markers=("/srv/vllm/",)).package == "vllm"

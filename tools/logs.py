@@ -161,9 +161,7 @@ class LineCleaner:
                     continue
                 raw = raw[:-1]  # vLLM ends the inner lines of a multi-line record with \r\n
             proc, text = self._split_proc(raw) if raw[:1] == "(" else (None, raw)
-            level, source, timestamp, text = (
-                self._split_tag(text) if text[:1] in _LEVEL_INITIALS else (*_NO_TAG, text)
-            )
+            level, source, timestamp, text = self._split_tag(text) if text[:1] in _LEVEL_INITIALS else (*_NO_TAG, text)
             if level is None and (bar := _progress_bar(text)) is not None:
                 self._emit_bar(LogLine(proc, None, None, text, lineno), bar["desc"].strip())
                 continue
@@ -315,9 +313,7 @@ def normalise_message(message: str) -> str:
     return " ".join(message.split())[:_FINGERPRINT_MESSAGE_CHARS]
 
 
-def fingerprint(
-    traceback: Traceback, library_markers: Sequence[str] = DEFAULT_LIBRARY_MARKERS
-) -> Fingerprint:
+def fingerprint(traceback: Traceback, library_markers: Sequence[str] = DEFAULT_LIBRARY_MARKERS) -> Fingerprint:
     """What stays the same when the same fault happens again: the exception type, the shape of the message
     and the innermost library frame."""
     library_file = library_func = None

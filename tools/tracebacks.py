@@ -87,7 +87,8 @@ def extract_tracebacks(lines: Sequence[LogLine]) -> list[Traceback]:
         # the log that grows until a traceback ends inside it, rather than the rest of a huge log.
         window = _FIRST_WINDOW
         while True:
-            items = [(ln.text, ln.lineno) for ln in lines[start : start + window] if _in_stream(ln, stream)]
+            in_window = lines[start : start + window]
+            items = [(ln.text, ln.lineno) for ln in in_window if (ln.proc, ln.level, ln.source, ln.timestamp) == stream]
             complete = _Parser(items, head.proc, head.level).tracebacks(start + window >= len(lines))
             if complete:
                 break
@@ -95,10 +96,6 @@ def extract_tracebacks(lines: Sequence[LogLine]) -> list[Traceback]:
         found += [traceback for traceback, _ in complete]
         parsed_until[stream] = complete[-1][1]
     return sorted(found, key=lambda traceback: min(node.first_lineno for node in _chain(traceback)))
-
-
-def _in_stream(line: LogLine, stream: tuple[str | None, ...]) -> bool:
-    return (line.proc, line.level, line.source, line.timestamp) == stream
 
 
 class _Parser:

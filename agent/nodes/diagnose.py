@@ -49,7 +49,7 @@ def fault_from_log(data: bytes, stage: str = "crash") -> Fault:
 
 def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
     record = state.get("run") or {}
-    fault = fault_from_log(read_log(deps, record))
+    fault = fault_from_log(read_log(deps, record), stage="canary" if record.get("kind") == "canary" else "crash")
     faults = list(state.get("faults") or [])
     previous = faults[-1] if faults else None
     repeated = bool(previous and fault.fingerprint and previous.get("fingerprint") == fault.fingerprint)

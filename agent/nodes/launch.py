@@ -26,23 +26,34 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     cfg = deps.config
     launches = list(state.get("launches") or [])
     n = len(launches) + 1
+    kind = "canary" if on_canary(state, deps) else "target"
+    command = cfg.target.canary_command if kind == "canary" else cfg.target.command
     base = f"{cfg.host_dir}/runs/L{n}"
     ledger = f"{cfg.host_dir}/launches/L{n}.json"
-    record: LaunchRecord = {"n": n, "kind": "target", "started": deps.clock(), "exit_code": None, "phases": {},
+    record: LaunchRecord = {"n": n, "kind": kind, "started": deps.clock(), "exit_code": None, "phases": {},
                             "checks_during_load": []}
     earlier = launched_before(deps, base, ledger)
     if earlier:  # launched before medic died: reattach, never launch twice
         record["run_dir"] = earlier
-        deps.record("launch", "launch", {"n": n, "kind": "target", "run_dir": earlier, "reattached": True})
+        deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": earlier, "reattached": True})
     else:
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
-        run = runs.launch(deps.host, list(cfg.target.command), run_dir=base, cwd=cfg.target.workdir,
+        run = runs.launch(deps.host, list(command or []), run_dir=base, cwd=cfg.target.workdir,
                           env=cfg.target.env)
         deps.host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": run.dir, "at": time.time()}).encode())
         record["run_id"], record["run_dir"] = run.id, run.dir
-        deps.record("launch", "launch", {"n": n, "kind": "target", "run_dir": run.dir,
-                                         "command": cfg.target.command})
+        deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": run.dir, "command": command})
     return {"launches": [*launches, record], "run": record}
+
+
+def on_canary(state: SessionState, deps: Deps) -> bool:
+    """The canary runs first, until its output is verified: each fault it finds costs no big-model load."""
+    cfg = deps.config
+    return bool(cfg.canary and cfg.target.canary_command and not state.get("canary_done"))
+
+
+def target_launches(state: SessionState) -> int:
+    return sum(1 for launch_ in state.get("launches") or [] if launch_.get("kind", "target") == "target")
 
 
 def launched_before(deps: Deps, base: str, ledger: str) -> str | None:

@@ -19,11 +19,13 @@ VALIDATE_TIMEOUT = 1800.0
 
 def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
     target = deps.config.target
-    if not target.validate_command:
+    canary = (state.get("run") or {}).get("kind") == "canary"
+    command = target.canary_validate_command if canary else target.validate_command
+    if not command:
         detail = "the run exited 0 but no --validate command was given, so nothing verified its output"
         deps.record("validate", "validate", {"summary": detail, "verified": False})
         return {"outcome": "unverified", "outcome_detail": detail}
-    result = deps.host.run(list(target.validate_command), timeout=VALIDATE_TIMEOUT, cwd=target.workdir,
+    result = deps.host.run(list(command), timeout=VALIDATE_TIMEOUT, cwd=target.workdir,
                            env=target.env)
     report = parse_report(result.stdout)
     verified = result.exit_code == 0 and report.get("verified", True) is True
@@ -34,12 +36,14 @@ def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
                else f"NOT verified (exit {result.exit_code}): {'; '.join(problems[:3])}")
     deps.record("validate", "validate", {"summary": summary, "verified": verified, "report": report,
                                          "exit_code": result.exit_code})
+    if verified and canary:  # the cheap run is right: now the target model, once
+        return {"validation": report, "canary_done": True, "fault": None}
     if verified:
         return {"validation": report, "outcome": "verified", "outcome_detail": summary}
     if result.exit_code == 2 or not report:
         # the validator could not read the output: nothing to repair from, say so
         return {"validation": report, "outcome": "unverified", "outcome_detail": summary}
-    fault = Fault("validate", "OutputMismatch", "\n".join(problems), (),
+    fault = Fault("canary" if canary else "validate", "OutputMismatch", "\n".join(problems), (),
                   caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + problems[0][:60])
     deps.record("fault", "validate", {"stage": "validate", "summary": fault.summary})
     return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}

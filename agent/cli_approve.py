@@ -1,0 +1,243 @@
+"""`medic sessions`, `medic approve`, `medic policy-check`: a person's side of approve mode.
+
+Listing and showing read the checkpoint directly (no graph, no host connection); only an answer resumes the
+session, through run_session, so the lock, the trace and the exit code are the same as for `medic run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.syntax import Syntax
+from rich.table import Table
+
+from agent.approval import edited_patch, refuse_if_stale
+from agent.cli_run import finish
+from agent.codec import patch_diff
+from agent.config import SessionConfig, medic_home
+from agent.policy import decide, load_policy, package_of, proposal_files
+from agent.session import checkpointer, connect_host, load_config, make_deps, run_session
+from tools.errors import MedicError, SessionError, UsageError
+from tools.host import Host
+
+console = Console(stderr=True, highlight=False)
+
+
+# -- reading sessions from the checkpoint --------------------------------------------------------------
+def _thread(session_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": session_id}}
+
+
+def read_session(session_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(state values, the pending approval's proposal or None) from the latest checkpoint."""
+    with checkpointer() as saver:
+        tup = saver.get_tuple(_thread(session_id))  # type: ignore[arg-type]
+    if tup is None:
+        return {}, None
+    values = dict(tup.checkpoint.get("channel_values") or {})
+    for _task, channel, value in tup.pending_writes or []:
+        if channel != "__interrupt__":
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            data = getattr(item, "value", item)
+            if isinstance(data, dict) and data.get("kind") == "approve_patch":
+                return values, dict(data.get("proposal") or {})
+    return values, None
+
+
+def status_line(values: dict[str, Any], proposal: dict[str, Any] | None) -> str:
+    if proposal is not None:
+        return f"waiting: patch {proposal.get('patch', {}).get('id')} ({proposal.get('origin')})"
+    if not values:
+        return "not started"
+    if values.get("outcome"):
+        return str(values["outcome"])
+    return "unfinished: `medic resume` continues it"
+
+
+def sessions() -> None:
+    """List sessions: id, mode, and how each ended or what it waits for."""
+    folder = medic_home() / "sessions"
+    ids = sorted(p.name for p in folder.iterdir() if (p / "config.json").exists()) if folder.is_dir() else []
+    if not ids:
+        console.print(f"no sessions under {medic_home()}")
+        return
+    rows: list[tuple[str, ...]] = []
+    for sid in ids:
+        try:
+            mode: str = load_config(sid).mode
+            status = status_line(*read_session(sid))
+        except (MedicError, ValueError) as err:  # one damaged session must not hide the others
+            mode, status = "?", f"unreadable: {' '.join(str(err).split())[:160]}"
+        rows.append((sid, mode, status))
+    print_rows(("session", "mode", "status"), rows)
+
+
+def print_rows(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    """A table at a terminal; tab-separated lines, never cut, for a pipe or a script."""
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        for row in rows:
+            print("\t".join(row))
+        return
+    table = Table(*header, box=None)
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+
+
+# -- approving ---------------------------------------------------------------------------------------
+def waiting_proposal(session_id: str, patch: str | None) -> tuple[SessionConfig, dict[str, Any]]:
+    """The session's config and the proposal it waits on; SessionError if it waits on nothing or on another."""
+    config = load_config(session_id)
+    values, proposal = read_session(session_id)
+    if proposal is None:
+        raise SessionError(f"session {session_id} is not waiting for an approval ({status_line(values, None)})")
+    pid = str(proposal.get("patch", {}).get("id"))
+    if patch is not None and not (len(patch) >= 4 and pid.startswith(patch)):
+        raise SessionError(f"session {session_id} waits for patch {pid}, not {patch!r}: `medic sessions` shows it")
+    return config, proposal
+
+
+def show_proposal(proposal: dict[str, Any]) -> None:
+    patch = proposal.get("patch", {})
+    out = Console(highlight=False)
+    out.print(f"[bold]patch {patch.get('id')}[/] — {proposal.get('origin')}")
+    out.print(f"[bold]why:[/] {proposal.get('rationale', '')}")
+    for line in proposal.get("evidence", ()):
+        out.print(f"  [dim]evidence[/] {line}")
+    for check in patch.get("checks", ()):
+        out.print(f"  [dim]check[/] {check}")
+    out.print(Syntax(patch_diff(proposal), "diff", theme="ansi_dark", word_wrap=True))
+
+
+def edit_in_editor(diff: str) -> str:
+    """The diff after $EDITOR (default vi) had it; the temp file is removed whatever happens."""
+    editor = shlex.split(os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi")
+    fd, name = tempfile.mkstemp(prefix="medic-", suffix=".diff")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(diff)
+        try:
+            done = subprocess.run([*editor, name], check=False)
+        except OSError as exc:
+            raise UsageError(f"cannot start the editor {editor[0]!r} ($EDITOR): {exc.strerror}") from exc
+        if done.returncode != 0:
+            raise UsageError(f"the editor exited {done.returncode}: nothing was answered, the patch still waits")
+        return Path(name).read_text()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+def ask() -> dict[str, Any]:
+    """No flag: ask at a terminal; without one, refuse rather than guess."""
+    if not sys.stdin.isatty():
+        raise UsageError("no terminal to ask at: pass --yes, --reject REASON or --edit")
+    choice = typer.prompt("approve, reject or edit? [a/r/e]", default="a").strip().lower()[:1]
+    if choice == "a":
+        return {"action": "approve"}
+    if choice == "r":
+        return {"action": "reject", "reason": typer.prompt("why (for the trace)", default="rejected")}
+    if choice == "e":
+        return {"action": "edit"}
+    raise UsageError(f"answer a, r or e, not {choice!r}: the patch still waits")
+
+
+def approve(
+    session: Annotated[str, typer.Argument(help="the waiting session")],
+    patch: Annotated[str | None, typer.Argument(help="the patch id it waits on (a check; optional)")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="approve the patch as proposed")] = False,
+    reject: Annotated[str | None, typer.Option(help="reject it, with this reason")] = None,
+    edit: Annotated[bool, typer.Option(help="edit the diff in $EDITOR, then apply and verify that")] = False,
+) -> None:
+    """Show the patch a session waits on and answer it; the session then continues until it ends or waits."""
+    if yes + (reject is not None) + edit > 1:
+        raise UsageError("--yes, --reject and --edit are one answer each: pass one")
+    config, proposal = waiting_proposal(session, patch)
+    show_proposal(proposal)
+    answer = {"action": "approve"} if yes else {"action": "edit"} if edit else (
+        {"action": "reject", "reason": reject} if reject is not None else ask())
+    host = connect_host(config)
+    try:
+        outcome = send_answer(config, proposal, answer, host)
+    finally:
+        host.close()
+    finish(config, outcome, postmortem=False)
+
+
+def send_answer(config: SessionConfig, proposal: dict[str, Any], answer: dict[str, Any], host: Host) -> str:
+    """Check the answer against the files as they are now, then resume the session with it; its outcome."""
+    session, pid = config.session_id, proposal["patch"]["id"]
+    # Checked here, before resuming: a refusal writes nothing and leaves the patch pending.
+    if answer["action"] == "approve":
+        refuse_if_stale(host, session, proposal)
+    if answer["action"] == "edit":
+        diff = edit_in_editor(patch_diff(proposal))
+        if diff == patch_diff(proposal):
+            raise UsageError(f"the diff is unchanged: `medic approve {session} --yes` approves it as proposed")
+        try:
+            edited = edited_patch(host, proposal, diff)
+        except MedicError as err:
+            raise SessionError(f"the edited diff was refused ({err}); patch {pid} still waits") from err
+        answer["diff"] = edited.diff
+        console.print(f"edited diff ok: patch {edited.id} replaces {pid}; applying and verifying it")
+    answer["by"] = _who()
+    answer.setdefault("reason", "")
+    outcome, _ = run_session(config, resume=answer, deps=make_deps(config, host=host))
+    _, again = read_session(session) if outcome == "waiting" else ({}, None)
+    if answer["action"] == "approve" and again is not None and again.get("patch", {}).get("id") == pid:
+        # the file changed between the check above and the graph's own check: the graph refused it too
+        raise SessionError(f"patch {pid} was refused: its file changed since it was proposed; it still waits")
+    return outcome
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+# -- policy ------------------------------------------------------------------------------------------
+def session_proposals(session_id: str) -> list[dict[str, Any]]:
+    """Every distinct patch proposed or applied in a session, oldest first, from the checkpoint history."""
+    load_config(session_id)  # an unknown session is an error, not an empty list
+    seen: dict[str, dict[str, Any]] = {}
+    with checkpointer() as saver:
+        history = list(saver.list(_thread(session_id)))  # type: ignore[arg-type]
+    for tup in reversed(history):
+        values = tup.checkpoint.get("channel_values") or {}
+        for prop in [values.get("proposal"), *(values.get("patches") or [])]:
+            if isinstance(prop, dict) and prop.get("patch", {}).get("id"):
+                seen.setdefault(prop["patch"]["id"], prop)
+    return list(seen.values())
+
+
+def policy_check(
+    file: Annotated[Path, typer.Argument(help="the policy file (YAML or TOML)")],
+    session: Annotated[str | None, typer.Option(help="show the rule that matches each patch of this session")] = None,
+) -> None:
+    """Validate a policy file; with --session, show what it would decide for each patch of that session."""
+    policy = load_policy(file)
+    console.print(f"policy {file}: {len(policy.rules)} rule(s), valid")
+    if session is None:
+        return
+    rows: list[tuple[str, ...]] = []
+    for prop in session_proposals(session):
+        decision, rule = decide(policy, prop)
+        packages = sorted({package_of(p) or "(workdir)" for p in proposal_files(prop)})
+        rows.append((prop["patch"]["id"], str(prop.get("origin")), ", ".join(packages), decision,
+                     rule.name if rule else "-"))
+    print_rows(("patch", "origin", "packages", "decision", "rule"), rows)

@@ -1,0 +1,31 @@
+"""The LLM as the engine's last resort: asked only when no playbook or derived repair has a candidate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agent.llm import ChatModel, LLMConfig
+from agent.repair.engine import Repair
+from agent.repair.llm_repair import llm_candidates
+from agent.repair.types import Candidate, Fault, RepairContext
+
+Recorder = Callable[[str, str, dict[str, Any]], None]
+
+
+def llm_fallback(settings: dict[str, str], record: Recorder) -> Repair:
+    """A Repair backed by an OpenAI-compatible endpoint; usage and the transcript go to the trace."""
+    config = LLMConfig.from_env(base_url=settings.get("base_url"), model=settings.get("model"))
+    model = ChatModel(config)
+
+    def repair(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+        outcome = llm_candidates(ctx, fault, model)
+        record("llm", "repair", {
+            "endpoint": config.endpoint, "model": config.model, "calls": outcome.calls,
+            "prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
+            "malformed_calls": outcome.malformed_calls, "refused_patches": outcome.refused_patches,
+            "transcript": outcome.transcript,
+        })
+        return outcome.candidates
+
+    return repair

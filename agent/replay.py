@@ -1,0 +1,265 @@
+"""Replay: today's decision logic against a recorded session, with no host and no LLM.
+
+What it re-executes, event by event, on a graph state rebuilt from the trace:
+
+- the routers of agent/graph.py — after_watch at every run_end, after_diagnose at every fault, after_repair
+  at every candidate / no_repair, after_apply, after_verify (with the budgets of the recorded config and the
+  event's own timestamp as the clock), after_validate — and compares the node each picks with the node the
+  trace shows ran next (the next decisive event: fault → diagnose, candidate → repair, launch → launch, …);
+- diagnose's "same fault again" test (fingerprint equal to the previous fault's) against the recorded flag;
+- verify's split of a candidate's checks: today's Check.describe() of its "before" checks must be the checks
+  the trace shows verify ran, and the during-load ones those the next launch's watch ran;
+- the report: render_report on the rebuilt state, whose faults and patches must match the fault events and
+  the exit event's patch list (and its outcome and launch count).
+
+What it does NOT re-execute: anything that needs the target. Launches, log parsing (the trace holds the
+fault, not the log), the candidate search (playbooks and derived repairs read the target's source, which a
+trace does not record), applying patches, running checks and the validator. Their recorded results are taken
+as given; replay checks what today's code DECIDES from them. A run_end cut off by a medic crash (the next
+event is a resume) has no observed successor and is not compared.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from agent import graph
+from agent.codec import check_from_dict
+from agent.config import SessionConfig
+from agent.nodes.launch import load_seconds
+from agent.report import render_report
+from agent.tracefile import Event, Trace, read_trace
+from tools.errors import TraceError
+
+# which node an event shows ran; the first of these after a decision is what the session did
+NODE_OF = {"launch": "launch", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",
+           "approval": "approve", "applied": "apply", "patch_refused": "apply", "reverted": "revert",
+           "validate": "validate", "exit": "report"}
+# a node that may record nothing: the trace then shows what came after it
+SILENT = {"verify": ("launch", "revert", "report")}
+
+
+@dataclass
+class ReplayResult:
+    events_compared: int
+    first_divergence: str | None
+    seconds: float
+
+
+class _Replay:
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        try:
+            self.config = SessionConfig.model_validate(trace.header.get("config") or {})
+        except ValueError as exc:
+            raise TraceError(f"{trace.path}: the header's config is not one this medic reads: "
+                             f"{str(exc).splitlines()[0]}") from exc
+        self.state: dict[str, Any] = {}
+        self.compared = 0
+        self.divergence: str | None = None
+        self.now = 0.0
+        self.deps = SimpleNamespace(config=self.config, clock=lambda: self.now)
+
+    def differ(self, ev: Event, what: str) -> None:
+        if self.divergence is None:
+            self.divergence = f"event at line {ev.index} ({ev.kind}): {what}"
+
+    def expect(self, ev: Event, router: str, chosen: str, rest: list[Event]) -> None:
+        """Compare the router's choice with the node the trace shows ran next."""
+        seen = next((NODE_OF.get(e.kind, e.kind) for e in rest if e.kind in NODE_OF or e.kind == "resume"), None)
+        if seen in (None, "resume"):
+            return  # medic stopped here: nothing was observed to compare with
+        self.compared += 1
+        if chosen != seen and seen not in SILENT.get(chosen, ()):
+            self.differ(ev, f"{router} chose {chosen!r}; the recorded session went to {seen!r}")
+
+    def step(self, i: int, ev: Event) -> None:
+        s, d, rest = self.state, ev.data, self.trace.events[i + 1:]
+        self.now = ev.ts
+        if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
+            s.clear()
+            s.update(preflight={k: d.get(k) for k in ("versions", "site_packages", "roots", "warnings")},
+                     started=ev.ts, launches=[], faults=[], patches=[], verifications=[], tried=[],
+                     pending_checks=[], session_id=self.config.session_id)
+        elif ev.kind == "launch":
+            record = {"n": d.get("n"), "kind": d.get("kind", "target"), "run_dir": d.get("run_dir"),
+                      "started": ev.ts, "exit_code": None, "phases": {}, "checks_during_load": []}
+            s["launches"] = [*s.get("launches", []), record]
+            s["run"] = record
+        elif ev.kind == "check":
+            self.check(ev)
+        elif ev.kind == "run_end":
+            run = dict(s.get("run") or {})
+            phases = dict(d.get("phases") or {})
+            run.update(outcome=d.get("outcome") or "", exit_code=d.get("exit_code"), ended=ev.ts, phases=phases,
+                       load_seconds=load_seconds(phases))
+            s["run"], s["launches"] = run, [*s.get("launches", [])[:-1], run]
+            s["pending_checks"] = []  # watch clears them whether they ran or not
+            self.expect(ev, "after_watch", graph.after_watch(s), rest)  # type: ignore[arg-type]
+        elif ev.kind == "fault":
+            self.fault(ev, rest)
+        elif ev.kind == "candidate":
+            s["proposal"] = {"patch": {"id": d.get("patch_id"), "files": _files(d.get("diff") or "")},
+                             "origin": d.get("origin"), "rationale": d.get("rationale", ""),
+                             "evidence": list(d.get("evidence") or []), "checks": list(d.get("checks") or [])}
+            s.pop("outcome", None)
+            self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)  # type: ignore[arg-type]
+        elif ev.kind == "no_repair":
+            s.update(proposal=None, outcome="no_repair", outcome_detail=f"{d.get('fault')} — {d.get('why')}")
+            self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)  # type: ignore[arg-type]
+        elif ev.kind == "approval_answer" and d.get("action") == "reject":
+            s.update(proposal=None, tried=[*s.get("tried", []), d.get("patch_id")])
+        elif ev.kind == "patch_refused":
+            s.update(proposal=None, tried=[*s.get("tried", []), d.get("patch_id")])
+            self.expect(ev, "after_apply", graph.after_apply(s), rest)  # type: ignore[arg-type]
+        elif ev.kind == "applied":
+            self.applied(ev, rest)
+        elif ev.kind == "reverted":
+            patches = list(s.get("patches", []))
+            if patches and patches[-1]["patch"]["id"] == d.get("patch_id"):
+                patches.pop()
+            else:
+                self.differ(ev, f"revert undid {d.get('patch_id')}, but the last kept patch is "
+                                f"{patches[-1]['patch']['id'] if patches else 'none'}")
+            s.update(patches=patches, tried=[*s.get("tried", []), d.get("patch_id")], proposal=None,
+                     pending_checks=[])
+        elif ev.kind == "validate":
+            nxt = rest[0] if rest else None
+            wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
+            if d.get("verified"):
+                s.update(outcome="verified", outcome_detail=str(d.get("summary", "")))
+            elif not wrong:
+                s.update(outcome="unverified", outcome_detail=str(d.get("summary", "")))
+            if not wrong:
+                self.expect(ev, "after_validate", graph.after_validate(s), rest)  # type: ignore[arg-type]
+        elif ev.kind == "exit":
+            self.exit(ev)
+
+    def fault(self, ev: Event, rest: list[Event]) -> None:
+        s, d = self.state, ev.data
+        exc_type, _, message = str(d.get("summary", "")).partition(": ")
+        frames = [_frame(f) for f in d.get("frames") or []]
+        previous = (s.get("faults") or [None])[-1]
+        fingerprint = d.get("fingerprint") or ("validate:" if ev.node == "validate" else "")
+        if ev.node == "diagnose":
+            repeated = bool(previous and fingerprint and previous.get("fingerprint") == fingerprint)
+            self.compared += 1
+            if repeated != bool(d.get("repeated")):
+                self.differ(ev, f"diagnose would mark this fault repeated={repeated}, the trace says "
+                                f"{bool(d.get('repeated'))}")
+        else:
+            repeated = False
+        entry = {"stage": d.get("stage"), "exc_type": exc_type, "message": message, "frames": frames,
+                 "proc": d.get("proc"), "fingerprint": fingerprint, "repeated": repeated,
+                 "launch": (s.get("run") or {}).get("n")}
+        s.update(fault=entry, faults=[*s.get("faults", []), entry], candidates=[], outcome=None)
+        if not repeated:
+            s["tried"] = []
+        if ev.node == "validate":
+            self.expect(ev, "after_validate", graph.after_validate(s), rest)  # type: ignore[arg-type]
+        else:
+            self.expect(ev, "after_diagnose", graph.after_diagnose(s), rest)  # type: ignore[arg-type]
+
+    def applied(self, ev: Event, rest: list[Event]) -> None:
+        s, d = self.state, ev.data
+        proposal = dict(s.get("proposal") or {})
+        if proposal.get("patch", {}).get("id") != d.get("patch_id"):  # an approve-mode edit: the diff changed
+            proposal = {"patch": {"id": d.get("patch_id")}, "origin": d.get("origin"), "rationale": "",
+                        "evidence": [], "checks": proposal.get("checks", [])}
+        proposal["patch"] = {"id": d.get("patch_id"), "files": _files(str(d.get("diff") or ""))}
+        s["proposal"] = proposal
+        kept = [p for p in s.get("patches", []) if p["patch"]["id"] != d.get("patch_id")]
+        s["patches"] = [*kept, {**proposal, "fault_index": len(s.get("faults", [])) - 1}]
+        self.expect(ev, "after_apply", graph.after_apply(s), rest)  # type: ignore[arg-type]
+        checks = [check_from_dict(c) for c in proposal.get("checks", [])]
+        before = [c.describe() for c in checks if c.when != "during_load"]
+        ran_events = [e for e in _until(rest, *NODE_OF) if e.kind == "check" and e.node == "verify"]
+        ran = [e.data.get("check") for e in ran_events]
+        # verify stops at the first failed check, so fewer checks are right only after a failure
+        stopped = bool(ran_events) and not ran_events[-1].data.get("ok")
+        self.compared += 1
+        if ran != before[: len(ran)] or (len(ran) < len(before) and not stopped):
+            self.differ(ev, f"verify would run {before}; the trace shows {ran}")
+        # verify leaves the during-load checks to the next launch only when every check so far passed
+        later = [c for c in proposal.get("checks", []) if c.get("when") == "during_load"]
+        s["pending_checks"] = [] if stopped else later
+        after = {**s, "verifications": [*s.get("verifications", []), *(dict(e.data) for e in ran_events)]}
+        self.now = ran_events[-1].ts if ran_events else ev.ts
+        self.expect(ev, "after_verify", graph.after_verify(after, self.deps),  # type: ignore[arg-type]
+                    rest[len(_until(rest, *NODE_OF)):])
+
+    def check(self, ev: Event) -> None:
+        s, d = self.state, ev.data
+        s["verifications"] = [*s.get("verifications", []), dict(d)]
+        if ev.node != "watch":
+            return
+        pending = list(s.get("pending_checks") or [])  # watch runs what verify left, in order
+        expected = check_from_dict(pending.pop(0)).describe() if pending else None
+        s["pending_checks"] = pending
+        self.compared += 1
+        if expected != d.get("check"):
+            self.differ(ev, f"watch would run {expected or 'no check'} during the load; the trace shows "
+                            f"{d.get('check')!r}")
+
+    def exit(self, ev: Event) -> None:
+        s, d = self.state, ev.data
+        self.compared += 1
+        ids = [p["patch"]["id"] for p in s.get("patches", [])]
+        if d.get("patches") is not None and list(d["patches"]) != ids:
+            return self.differ(ev, f"today's state keeps patches {ids}; the session ended with {d['patches']}")
+        if d.get("outcome") != (s.get("outcome") or "error"):
+            return self.differ(ev, f"today's outcome is {s.get('outcome')!r}; the session's was {d.get('outcome')!r}")
+        if d.get("launches") is not None and d["launches"] != len(s.get("launches", [])):
+            return self.differ(ev, f"{len(s.get('launches', []))} launches rebuilt; the session counted "
+                                   f"{d['launches']}")
+        report = render_report(s, self.config)  # type: ignore[arg-type]
+        faults_section = report.split("## Faults, in order", 1)[-1].split("## Patches", 1)[0]
+        listed = len(re.findall(r"^\d+\. \[", faults_section, re.M))
+        recorded = sum(1 for e in self.trace.events if e.kind == "fault" and e.ts <= ev.ts)
+        heads = re.findall(r"^### (\S+) \(", report, re.M)
+        if listed != recorded or heads != ids:
+            self.differ(ev, f"the report lists {listed} fault(s) and patches {heads}; the trace has "
+                            f"{recorded} fault(s) and patches {ids}")
+        return None
+
+
+def _until(events: list[Event], *kinds: str) -> list[Event]:
+    out = []
+    for e in events:
+        if e.kind in kinds:
+            break
+        out.append(e)
+    return out
+
+
+def _files(diff: str) -> list[dict[str, str]]:
+    """The diff split per file, as the state's Patch dicts hold it (only path and diff are needed here)."""
+    parts = re.split(r"(?m)^(?=--- )", diff)
+    out = []
+    for part in parts:
+        if not part.strip():
+            continue
+        m = re.match(r"--- a(\S+)", part)
+        out.append({"path": m.group(1) if m else "", "diff": part})
+    return out
+
+
+def _frame(text: str) -> dict[str, Any]:
+    where, _, func = text.partition(" ")
+    file, _, line = where.rpartition(":")
+    return {"file": file or where, "line": int(line) if line.isdigit() else 0, "func": func, "code": ""}
+
+
+def replay(path: Path | str) -> ReplayResult:
+    """Re-decide the recorded session with today's code; ``first_divergence`` is None when all agree."""
+    start = time.perf_counter()
+    trace = read_trace(path)
+    rp = _Replay(trace)
+    for i, ev in enumerate(trace.events):
+        rp.step(i, ev)
+    return ReplayResult(rp.compared, rp.divergence, time.perf_counter() - start)

@@ -1,0 +1,300 @@
+"""Approve mode end to end: the real SQLite checkpointer, a real (tiny, fake) target, answers from fresh processes.
+
+The target: a venv whose site-packages hold ``fakelib`` (compute(x, *, mode)) and ``fakecaller``, which still
+passes ``legacy=True``; medic's derived ``unexpected_kwarg`` repair drops it. The validator checks out.txt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.config import SessionConfig, Target
+from agent.policy import Policy, decide, load_policy, policy_answer
+from agent.session import run_session, save_config
+from tools.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+CALLER = "import fakelib\n\n\ndef run(x):\n    return fakelib.compute(x, mode='a', legacy=True)\n"
+CLI = """
+import sys, typer
+from agent import cli_approve
+from tools.errors import MedicError
+app = typer.Typer(pretty_exceptions_enable=False)
+app.command()(cli_approve.approve)
+app.command()(cli_approve.sessions)
+app.command("policy-check")(cli_approve.policy_check)
+try:
+    app()
+except MedicError as err:
+    print(f"medic: {err}", file=sys.stderr)
+    sys.exit(err.exit_code)
+"""
+AGENT = """
+import sys, time
+from agent.session import load_config, run_session
+print(run_session(load_config(sys.argv[1]))[0], flush=True)
+time.sleep(600)  # a medic that lingers while it waits: the test kills it
+"""
+
+
+@dataclass
+class Fake:
+    root: Path
+    config: SessionConfig
+    caller: Path  # fakecaller/__init__.py, the file the repair patches
+
+    @property
+    def trace(self) -> list[dict[str, Any]]:
+        path = Path(self.config.traces_dir) / f"{self.config.session_id}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [e["data"] for e in self.trace if e["kind"] == kind]
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fake:
+    home = tmp_path / "home"
+    monkeypatch.setenv("MEDIC_HOME", str(home))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    py = tmp_path / "venv" / "bin" / "python"
+    site = next((tmp_path / "venv" / "lib").glob("python*/site-packages"))
+    (site / "fakelib").mkdir()
+    (site / "fakelib" / "__init__.py").write_text("def compute(x, *, mode):\n    return f'{x}:{mode}'\n")
+    (site / "fakecaller").mkdir()
+    (site / "fakecaller" / "__init__.py").write_text(CALLER)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "driver.py").write_text("import pathlib\nimport fakecaller\n\n"
+                                    "pathlib.Path('out.txt').write_text(fakecaller.run(1))\n")
+    check = "import pathlib, sys; sys.exit(0 if pathlib.Path('out.txt').read_text() == '1:a' else 1)"
+    target = Target(python=str(py), workdir=str(work), command=[str(py), "driver.py"],
+                    validate_command=[str(py), "-c", check], library_packages=["fakelib"],
+                    fixable_packages=["fakecaller"])
+    config = SessionConfig(session_id="s1", target=target, mode="approve", scan=False,
+                           traces_dir=str(tmp_path / "traces"))
+    save_config(config)
+    return Fake(tmp_path, config, site / "fakecaller" / "__init__.py")
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The approve CLI in a fresh process, with no terminal (stdin is /dev/null)."""
+    return subprocess.run([sys.executable, "-c", CLI, *args], cwd=REPO, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, timeout=180)
+
+
+def wait_for_approval(fake: Fake) -> dict[str, Any]:
+    outcome, values = run_session(fake.config)
+    assert outcome == "waiting"
+    assert values["proposal"]["origin"] == "derived:unexpected_kwarg:drop"
+    assert fake.caller.read_text() == CALLER  # nothing is written before a person answers
+    return dict(values["proposal"])
+
+
+def editor(tmp_path: Path, old: str, new: str) -> dict[str, str]:
+    """$EDITOR: a script that rewrites the diff it is given."""
+    script = tmp_path / "edit.py"
+    script.write_text(f"import sys, pathlib\np = pathlib.Path(sys.argv[1])\n"
+                      f"p.write_text(p.read_text().replace({old!r}, {new!r}))\n")
+    return {"EDITOR": f"{sys.executable} {script}", "VISUAL": ""}
+
+
+# (a) -----------------------------------------------------------------------------------------------------
+def test_waits_then_approval_from_a_fresh_process_verifies(fake: Fake) -> None:
+    proposal = wait_for_approval(fake)
+    pid = proposal["patch"]["id"]
+    listed = cli("sessions")
+    assert listed.returncode == 0, listed.stderr
+    assert f"waiting: patch {pid} (derived:unexpected_kwarg:drop)" in listed.stdout
+    done = cli("approve", "s1", pid, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert "legacy" not in fake.caller.read_text()
+    answers = fake.events("approval_answer")
+    assert [(a["action"], a["patch_id"]) for a in answers] == [("approve", pid)] and answers[0]["by"]
+    assert fake.events("exit")[-1]["outcome"] == "verified"
+    assert "verified" in cli("sessions").stdout
+    again = cli("approve", "s1", "--yes")  # nothing waits any more
+    assert again.returncode == 2 and "is not waiting for an approval (verified)" in again.stderr
+
+
+# (b) -----------------------------------------------------------------------------------------------------
+def test_reject_with_reason_ends_with_a_report(fake: Fake) -> None:
+    pid = wait_for_approval(fake)["patch"]["id"]
+    done = cli("approve", "s1", "--reject", "I fix it upstream")
+    assert done.returncode == 4, done.stderr  # no_repair: the only candidate was rejected
+    assert fake.caller.read_text() == CALLER
+    (answer,) = fake.events("approval_answer")
+    assert answer == {"patch_id": pid, "action": "reject", "reason": "I fix it upstream", "by": answer["by"]}
+    assert fake.events("no_repair") and fake.events("exit")[-1]["outcome"] == "no_repair"
+    assert (Path(os.environ["MEDIC_HOME"]) / "sessions" / "s1" / "report.md").exists()
+
+
+# (c) -----------------------------------------------------------------------------------------------------
+def test_edited_diff_is_validated_applied_and_verified(fake: Fake) -> None:
+    pid = wait_for_approval(fake)["patch"]["id"]
+    env = editor(fake.root, "+    return fakelib.compute(x, mode='a')", '+    return fakelib.compute(x, mode="a")')
+    done = cli("approve", "s1", "--edit", env=env)
+    assert done.returncode == 0, done.stderr
+    assert 'fakelib.compute(x, mode="a")\n' in fake.caller.read_text()
+    applied = fake.events("applied")
+    assert len(applied) == 1 and applied[0]["patch_id"] != pid and applied[0]["origin"].endswith("+edited")
+    assert fake.events("exit")[-1]["outcome"] == "verified"
+
+
+def test_edited_diff_that_does_not_apply_is_refused_and_the_patch_waits(fake: Fake) -> None:
+    pid = wait_for_approval(fake)["patch"]["id"]
+    done = cli("approve", "s1", "--edit", env=editor(fake.root, " def run(x):", " def run(y):"))
+    assert done.returncode == 2
+    assert "the edited diff was refused" in done.stderr and f"patch {pid} still waits" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert fake.caller.read_text() == CALLER and not fake.events("approval_answer")
+    assert f"waiting: patch {pid}" in cli("sessions").stdout
+
+
+# (d) -----------------------------------------------------------------------------------------------------
+def test_agent_killed_while_waiting_then_a_fresh_process_completes(fake: Fake) -> None:
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, "s1"], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert agent.stdout is not None
+        assert agent.stdout.readline().strip() == "waiting"
+        os.kill(agent.pid, signal.SIGKILL)
+    finally:
+        agent.kill()
+        agent.wait(timeout=30)
+    assert agent.returncode == -signal.SIGKILL
+    done = cli("approve", "s1", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert fake.events("exit")[-1]["outcome"] == "verified"
+
+
+# (e) -----------------------------------------------------------------------------------------------------
+def test_stale_approval_is_refused_and_nothing_is_written(fake: Fake) -> None:
+    pid = wait_for_approval(fake)["patch"]["id"]
+    changed = CALLER + "# edited by someone else\n"
+    fake.caller.write_text(changed)
+    done = cli("approve", "s1", "--yes")
+    assert done.returncode == 2
+    assert f"patch {pid} of session s1 is stale" in done.stderr and "nothing was written" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert fake.caller.read_text() == changed
+    assert not Path(fake.config.ledger_dir).exists() and not fake.events("approval_answer")
+    assert f"waiting: patch {pid}" in cli("sessions").stdout
+
+
+def test_stale_inside_the_graph_keeps_the_patch_pending_and_a_later_answer_counts(fake: Fake) -> None:
+    """The race the CLI check cannot close: the graph refuses too, and the next answer is not shadowed."""
+    pid = wait_for_approval(fake)["patch"]["id"]
+    fake.caller.write_text(CALLER + "# moved on\n")
+    outcome, values = run_session(fake.config, resume={"action": "approve", "by": "t"})
+    assert outcome == "waiting" and values["proposal"]["patch"]["id"] == pid
+    assert fake.events("approval_refused")[0]["why"].startswith("stale: ")
+    fake.caller.write_text(CALLER)
+    outcome, _ = run_session(fake.config, resume={"action": "reject", "reason": "second answer", "by": "t2"})
+    assert outcome == "no_repair"  # the reject was heard, not the stale approve before it
+    assert [a["by"] for a in fake.events("approval_answer")] == ["t2"]
+
+
+# (f) -----------------------------------------------------------------------------------------------------
+def test_unknown_session_or_patch_exits_2_with_one_line(fake: Fake) -> None:
+    nobody = cli("approve", "nosuch", "--yes")
+    assert nobody.returncode == 2 and "no session 'nosuch'" in nobody.stderr
+    pid = wait_for_approval(fake)["patch"]["id"]
+    wrong = cli("approve", "s1", "deadbeefdeadbeef", "--yes")
+    assert wrong.returncode == 2
+    assert f"session s1 waits for patch {pid}, not 'deadbeefdeadbeef'" in wrong.stderr
+    no_tty = cli("approve", "s1")
+    assert no_tty.returncode == 2 and "no terminal to ask at" in no_tty.stderr
+    both = cli("approve", "s1", "--yes", "--reject", "x")
+    assert both.returncode == 2 and "one answer each" in both.stderr
+    for run in (nobody, wrong, no_tty, both):
+        assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+    assert fake.caller.read_text() == CALLER
+
+
+# (g) -----------------------------------------------------------------------------------------------------
+SITE = "/env/lib/python3.11/site-packages"
+
+
+def proposal(origin: str, *paths: str) -> dict[str, Any]:
+    return {"origin": origin, "patch": {"id": "p1", "files": [{"path": p} for p in paths]}}
+
+
+POLICY = Policy.model_validate({"rules": [
+    {"name": "kwargs", "action": "allow", "kind": "derived:unexpected_kwarg:*", "package": "speculators"},
+    {"name": "no-llm-in-vllm", "action": "deny", "kind": "llm", "package": ["vllm", "vllm_*"]},
+    {"name": "no-config", "action": "deny", "file": "*/config.py"},
+]})
+
+
+def test_policy_allows_one_kind_and_asks_for_another() -> None:
+    spec = f"{SITE}/speculators/models/eagle3.py"
+    assert decide(POLICY, proposal("derived:unexpected_kwarg:drop", spec))[1].name == "kwargs"  # type: ignore[union-attr]
+    assert decide(POLICY, proposal("derived:unexpected_kwarg:rename", spec))[0] == "allow"
+    assert decide(POLICY, proposal("derived:missing_argument", spec)) == ("ask", None)
+    assert decide(POLICY, proposal("playbook:rope", spec)) == ("ask", None)
+    assert decide(POLICY, proposal("llm", f"{SITE}/vllm/worker.py"))[0] == "deny"
+    assert decide(POLICY, proposal("llm", spec))[0] == "ask"
+    # deny wins over allow; an allow must cover every file, a deny needs only one
+    decision, rule = decide(POLICY, proposal("derived:unexpected_kwarg:drop", f"{SITE}/speculators/config.py"))
+    assert (decision, rule and rule.name) == ("deny", "no-config")
+    assert decide(POLICY, proposal("derived:unexpected_kwarg:drop", spec, "/work/driver.py"))[0] == "ask"
+    assert decide(Policy(), proposal("llm", spec)) == ("ask", None)
+
+
+def test_policy_answer_and_bad_files(tmp_path: Path, fake: Fake) -> None:
+    good = tmp_path / "policy.yaml"
+    good.write_text("rules:\n  - name: kwargs\n    action: allow\n    kind: 'derived:unexpected_kwarg:*'\n"
+                    "  - name: no-llm\n    action: deny\n    kind: llm\n")
+    config = fake.config.model_copy(update={"policy_file": str(good)})
+    spec = f"{SITE}/speculators/x.py"
+    assert policy_answer(config, proposal("derived:unexpected_kwarg:drop", spec)) == {
+        "action": "approve", "by": "policy:kwargs", "reason": "allowed by policy rule kwargs"}
+    assert policy_answer(config, proposal("llm", spec)) == {
+        "action": "reject", "by": "policy", "reason": "denied by policy rule no-llm"}
+    assert policy_answer(config, proposal("playbook:x", spec)) is None
+    assert policy_answer(fake.config, proposal("llm", spec)) is None  # no policy file: always ask
+    toml = tmp_path / "policy.toml"
+    toml.write_text('[[rules]]\nname = "k"\naction = "allow"\nkind = "playbook:*"\n')
+    assert load_policy(toml).rules[0].kind == ["playbook:*"]
+    for text, expected in [
+        ("rules:\n  - name: x\n    action: maybe\n", "rules.0.action"),
+        ("rules:\n  - name: x\n    action: allow\n    kinds: llm\n", "rules.0.kinds: Extra inputs"),
+        ("rules:\n  - name: x\n    action: allow\n    file: 'speculators/*.py'\n", "absolute or starts with"),
+        ("rules:\n  - {name: x, action: allow}\n  - {name: x, action: deny}\n", "two rules are named 'x'"),
+        ("rules: [\n", "not valid YAML"),
+        ("- just a list\n", "a mapping with a `rules:` list"),
+    ]:
+        good.write_text(text)
+        with pytest.raises(UsageError, match=expected) as err:
+            load_policy(good)
+        assert "\n" not in str(err.value)
+    with pytest.raises(UsageError, match="cannot read the policy"):
+        load_policy(tmp_path / "missing.yaml")
+
+
+def test_policy_check_shows_the_rule_for_each_patch_of_a_session(tmp_path: Path, fake: Fake) -> None:
+    from agent import cli_approve
+
+    pid = wait_for_approval(fake)["patch"]["id"]
+    policy = tmp_path / "p.yaml"
+    policy.write_text("rules:\n  - name: kwargs\n    action: allow\n    kind: 'derived:unexpected_kwarg:*'\n"
+                      "    package: fakecaller\n")
+    import typer
+
+    app = typer.Typer()
+    app.command()(cli_approve.policy_check)
+    result = CliRunner().invoke(app, [str(policy), "--session", "s1"])
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if pid in line)
+    assert "fakecaller" in row and "allow" in row and "kwargs" in row
