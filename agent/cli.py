@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from agent import cli_approve, cli_run
+from agent import cli_approve, cli_run, cli_trace
 from lab.cli import app as lab_app
 from tools.errors import MedicError
 
@@ -19,6 +19,8 @@ app.command()(cli_run.revert)
 app.command()(cli_approve.sessions)
 app.command()(cli_approve.approve)
 app.command()(cli_approve.policy_check)
+app.command()(cli_trace.replay)
+app.command()(cli_trace.postmortem)
 
 
 def main() -> None:

@@ -25,11 +25,10 @@ def lab_target(root: Path = DEFAULT_ROOT, size: str = "tiny") -> Target:
         raise UsageError(f"no lab at {root}: run `medic lab build` (or pass --python/--workdir/-- COMMAND)")
     if not paths.model(size).exists():
         raise UsageError(f"the lab has no {size} model: run `medic lab build --size {size}`")
-    canary = size != "tiny"
+    # the canary of a bigger model is derived from its config.json by preflight (tools/canary.py)
     return Target(python=str(paths.python), workdir=str(paths.work), command=paths.command(size),
                   env=dict(RUN_ENV), validate_command=paths.validate_command(size),
-                  canary_command=paths.command("tiny") if canary else None,
-                  canary_validate_command=paths.validate_command("tiny") if canary else None)
+                  model_dir=str(paths.model(size)) if size != "tiny" else None)
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -50,6 +49,8 @@ def run(
     workdir: Annotated[str | None, typer.Option(help="the job's folder on the host")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the job (repeatable)")] = None,
     validate: Annotated[str | None, typer.Option(help="command whose exit 0 means the output is verified")] = None,
+    canary_model: Annotated[str | None, typer.Option(help="the model folder named in COMMAND: medic runs a tiny "
+                                                     "model of its architecture first")] = None,
     max_launches: Annotated[int, typer.Option(help="launches of the target model")] = 12,
     max_wall: Annotated[float, typer.Option(help="seconds for the whole session")] = 4 * 3600.0,
     mode: Annotated[str, typer.Option(help="unattended | approve")] = "unattended",
@@ -62,6 +63,7 @@ def run(
     llm_model: Annotated[str | None, typer.Option(help="model name at that endpoint")] = None,
     lab_size: Annotated[str, typer.Option(help="lab model: tiny, or large (then tiny is the canary)")] = "tiny",
     canary: Annotated[bool, typer.Option(help="run the canary before the target model")] = True,
+    scan: Annotated[bool, typer.Option(help="static drift scan before the first launch")] = True,
     policy: Annotated[Path | None, typer.Option(help="rules that auto-approve or deny patches (YAML/TOML)")] = None,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
@@ -72,13 +74,13 @@ def run(
             raise UsageError("a target of your own needs --python, --workdir and -- COMMAND together")
         target = Target(host=host, python=python, workdir=workdir, command=command, env=parse_env(env or []),
                         validate_command=shlex.split(validate) if validate else None,
-                        trust_new_host=trust_new_host)
+                        trust_new_host=trust_new_host, model_dir=canary_model)
     else:
         target = lab_target(lab, lab_size)
         target = target.model_copy(update={"env": {**target.env, **parse_env(env or [])}})
     config = SessionConfig(
         session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
-        budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary,
+        budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary, scan=scan,
         llm={k: v for k, v in {"base_url": llm_base_url, "model": llm_model}.items() if v} if (
             llm_base_url or llm_model) else None)
     if policy is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +31,7 @@ class Target(BaseModel):
     fixable_packages: list[str] = Field(default_factory=lambda: ["speculators"])
     library_packages: list[str] = Field(default_factory=lambda: ["vllm"])
     trust_new_host: bool = False
+    model_dir: str | None = None  # the target model's folder: medic derives the canary from its config.json
     canary_command: list[str] | None = None  # same driver on a tiny model of the same architecture
     canary_validate_command: list[str] | None = None
 
@@ -61,6 +63,8 @@ class SessionConfig(BaseModel):
     traces_dir: str = "traces"
     llm: dict[str, str] | None = None  # LLM settings (agent/llm.py); secrets come from the environment
     policy_file: str | None = None
+    # a fresh session reusing an old id must not inherit its host-side ledger (launches, patches)
+    instance: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     @field_validator("session_id")
     @classmethod
@@ -72,7 +76,7 @@ class SessionConfig(BaseModel):
     @property
     def host_dir(self) -> str:
         """medic's folder on the target host: run dirs and the side-effect ledger."""
-        return f"{self.target.workdir}/.medic/{self.session_id}"
+        return f"{self.target.workdir}/.medic/{self.session_id}-{self.instance}"
 
     @property
     def ledger_dir(self) -> str:

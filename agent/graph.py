@@ -77,7 +77,6 @@ def after_verify(state: SessionState, deps: Deps) -> Literal["launch", "revert",
 def approve(state: SessionState, deps: Deps) -> dict[str, Any]:
     """Approve mode: wait for a person. On resume the answer is the value given to Command(resume=…)."""
     from agent.approval import answer_proposal
-
     from agent.policy import policy_answer
 
     proposal = state.get("proposal") or {}

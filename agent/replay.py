@@ -16,7 +16,9 @@ What it does NOT re-execute: anything that needs the target. Launches, log parsi
 fault, not the log), the candidate search (playbooks and derived repairs read the target's source, which a
 trace does not record), applying patches, running checks and the validator. Their recorded results are taken
 as given; replay checks what today's code DECIDES from them. A run_end cut off by a medic crash (the next
-event is a resume) has no observed successor and is not compared.
+event is a resume) has no observed successor and is not compared. Scan-node events only rebuild state (the
+scan patches in a loop of its own, no router). Canary sessions are rebuilt without ``canary_done`` (no event
+records it), so their after_validate / after_verify comparisons are not yet trustworthy.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from tools.errors import TraceError
 
 # which node an event shows ran; the first of these after a decision is what the session did
 NODE_OF = {"launch": "launch", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",
-           "approval": "approve", "applied": "apply", "patch_refused": "apply", "reverted": "revert",
+           "approval": "approve", "policy": "approve", "applied": "apply", "patch_refused": "apply",
+           "reverted": "revert",
            "validate": "validate", "exit": "report"}
 # a node that may record nothing: the trace then shows what came after it
 SILENT = {"verify": ("launch", "revert", "report")}
@@ -63,6 +66,8 @@ class _Replay:
         self.compared = 0
         self.divergence: str | None = None
         self.now = 0.0
+        self.faults_kept = 0  # fault events the state keeps: all but scan findings left unpatched
+        self.scan_fault: dict[str, Any] | None = None
         self.deps = SimpleNamespace(config=self.config, clock=lambda: self.now)
 
     def differ(self, ev: Event, what: str) -> None:
@@ -81,6 +86,8 @@ class _Replay:
     def step(self, i: int, ev: Event) -> None:
         s, d, rest = self.state, ev.data, self.trace.events[i + 1:]
         self.now = ev.ts
+        if ev.node == "scan":  # the scan node patches in a loop of its own: no router runs inside it
+            return self.scan(ev)
         if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
             s.clear()
             s.update(preflight={k: d.get(k) for k in ("versions", "site_packages", "roots", "warnings")},
@@ -139,6 +146,22 @@ class _Replay:
                 self.expect(ev, "after_validate", graph.after_validate(s), rest)  # type: ignore[arg-type]
         elif ev.kind == "exit":
             self.exit(ev)
+        return None
+
+    def scan(self, ev: Event) -> None:
+        s, d = self.state, ev.data
+        if ev.kind == "fault":
+            exc_type, _, message = str(d.get("summary", "")).partition(": ")
+            self.scan_fault = {"stage": "scan", "exc_type": exc_type, "message": message, "launch": None,
+                               "frames": [_frame(f) for f in d.get("frames") or []], "repeated": False}
+        elif ev.kind == "applied" and self.scan_fault is not None:
+            s["faults"] = [*s.get("faults", []), self.scan_fault]
+            s["patches"] = [*s.get("patches", []), {
+                "patch": {"id": d.get("patch_id"), "files": _files(str(d.get("diff") or ""))},
+                "origin": d.get("origin"), "rationale": "", "evidence": [], "checks": [],
+                "fault_index": len(s["faults"]) - 1}]
+            self.faults_kept += 1
+            self.scan_fault = None
 
     def fault(self, ev: Event, rest: list[Event]) -> None:
         s, d = self.state, ev.data
@@ -154,6 +177,7 @@ class _Replay:
                                 f"{bool(d.get('repeated'))}")
         else:
             repeated = False
+        self.faults_kept += 1
         entry = {"stage": d.get("stage"), "exc_type": exc_type, "message": message, "frames": frames,
                  "proc": d.get("proc"), "fingerprint": fingerprint, "repeated": repeated,
                  "launch": (s.get("run") or {}).get("n")}
@@ -220,7 +244,7 @@ class _Replay:
         report = render_report(s, self.config)  # type: ignore[arg-type]
         faults_section = report.split("## Faults, in order", 1)[-1].split("## Patches", 1)[0]
         listed = len(re.findall(r"^\d+\. \[", faults_section, re.M))
-        recorded = sum(1 for e in self.trace.events if e.kind == "fault" and e.ts <= ev.ts)
+        recorded = self.faults_kept
         heads = re.findall(r"^### (\S+) \(", report, re.M)
         if listed != recorded or heads != ids:
             self.differ(ev, f"the report lists {listed} fault(s) and patches {heads}; the trace has "

@@ -11,20 +11,18 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from agent.config import SessionConfig, Target
 from agent.policy import Policy, decide, load_policy, policy_answer
-from agent.session import run_session, save_config
+from agent.session import run_session
+from tests.fixtures_fake import CALLER, Fake
 from tools.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
-CALLER = "import fakelib\n\n\ndef run(x):\n    return fakelib.compute(x, mode='a', legacy=True)\n"
 CLI = """
 import sys, typer
 from agent import cli_approve
@@ -45,46 +43,6 @@ from agent.session import load_config, run_session
 print(run_session(load_config(sys.argv[1]))[0], flush=True)
 time.sleep(600)  # a medic that lingers while it waits: the test kills it
 """
-
-
-@dataclass
-class Fake:
-    root: Path
-    config: SessionConfig
-    caller: Path  # fakecaller/__init__.py, the file the repair patches
-
-    @property
-    def trace(self) -> list[dict[str, Any]]:
-        path = Path(self.config.traces_dir) / f"{self.config.session_id}.jsonl"
-        return [json.loads(line) for line in path.read_text().splitlines()[1:]]
-
-    def events(self, kind: str) -> list[dict[str, Any]]:
-        return [e["data"] for e in self.trace if e["kind"] == kind]
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fake:
-    home = tmp_path / "home"
-    monkeypatch.setenv("MEDIC_HOME", str(home))
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
-    py = tmp_path / "venv" / "bin" / "python"
-    site = next((tmp_path / "venv" / "lib").glob("python*/site-packages"))
-    (site / "fakelib").mkdir()
-    (site / "fakelib" / "__init__.py").write_text("def compute(x, *, mode):\n    return f'{x}:{mode}'\n")
-    (site / "fakecaller").mkdir()
-    (site / "fakecaller" / "__init__.py").write_text(CALLER)
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / "driver.py").write_text("import pathlib\nimport fakecaller\n\n"
-                                    "pathlib.Path('out.txt').write_text(fakecaller.run(1))\n")
-    check = "import pathlib, sys; sys.exit(0 if pathlib.Path('out.txt').read_text() == '1:a' else 1)"
-    target = Target(python=str(py), workdir=str(work), command=[str(py), "driver.py"],
-                    validate_command=[str(py), "-c", check], library_packages=["fakelib"],
-                    fixable_packages=["fakecaller"])
-    config = SessionConfig(session_id="s1", target=target, mode="approve", scan=False,
-                           traces_dir=str(tmp_path / "traces"))
-    save_config(config)
-    return Fake(tmp_path, config, site / "fakecaller" / "__init__.py")
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

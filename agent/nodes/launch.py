@@ -27,7 +27,7 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     launches = list(state.get("launches") or [])
     n = len(launches) + 1
     kind = "canary" if on_canary(state, deps) else "target"
-    command = cfg.target.canary_command if kind == "canary" else cfg.target.command
+    command = canary_commands(state, deps)[0] if kind == "canary" else cfg.target.command
     base = f"{cfg.host_dir}/runs/L{n}"
     ledger = f"{cfg.host_dir}/launches/L{n}.json"
     record: LaunchRecord = {"n": n, "kind": kind, "started": deps.clock(), "exit_code": None, "phases": {},
@@ -46,10 +46,18 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     return {"launches": [*launches, record], "run": record}
 
 
+def canary_commands(state: SessionState, deps: Deps) -> tuple[list[str] | None, list[str] | None]:
+    """(run, validate) commands of the canary: given in the config, or derived by preflight."""
+    target = deps.config.target
+    if target.canary_command:
+        return target.canary_command, target.canary_validate_command
+    derived = (state.get("preflight") or {}).get("canary") or {}
+    return derived.get("command"), derived.get("validate")
+
+
 def on_canary(state: SessionState, deps: Deps) -> bool:
     """The canary runs first, until its output is verified: each fault it finds costs no big-model load."""
-    cfg = deps.config
-    return bool(cfg.canary and cfg.target.canary_command and not state.get("canary_done"))
+    return bool(deps.config.canary and canary_commands(state, deps)[0] and not state.get("canary_done"))
 
 
 def target_launches(state: SessionState) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 from agent.deps import Deps
 from agent.state import SessionState
 from tools import source as src_tools
+from tools.canary import build_canary, swap_model
 from tools.envprobe import probe_env
 from tools.errors import UsageError
 
@@ -25,8 +26,9 @@ def preflight(state: SessionState, deps: Deps) -> dict[str, Any]:
     site = src_tools.site_packages(host, target.python)
     roots = [p for p in site if "site-packages" in p or "dist-packages" in p] + [target.workdir]
     warnings = lingering_warnings(deps)
+    canary = derive_canary(deps)
     info = {"versions": versions, "site_packages": site, "roots": roots, "warnings": warnings,
-            "python_version": report.python_version, "host": host.name}
+            "python_version": report.python_version, "host": host.name, "canary": canary}
     deps.record("preflight", "preflight", {
         "summary": f"{host.name}: python {report.python_version}, "
                    + ", ".join(f"{k} {v}" for k, v in versions.items()),
@@ -36,6 +38,19 @@ def preflight(state: SessionState, deps: Deps) -> dict[str, Any]:
         deps.record("warning", "preflight", {"message": message})
     return {"preflight": info, "started": state.get("started") or deps.clock(), "launches": [], "faults": [],
             "patches": [], "verifications": [], "tried": [], "pending_checks": []}
+
+
+def derive_canary(deps: Deps) -> dict[str, Any] | None:
+    """A canary of the target model (same architecture, tiny), when the user named the model folder."""
+    target = deps.config.target
+    if not (deps.config.canary and target.model_dir and not target.canary_command):
+        return None
+    name = target.model_dir.rstrip("/").rsplit("/", 1)[-1]
+    out = build_canary(deps.host, target.python, target.model_dir, f"{target.workdir}/.medic/canary/{name}")
+    deps.record("canary", "preflight", {"model": target.model_dir, "canary": out})
+    return {"command": swap_model(target.command, target.model_dir, out),
+            "validate": swap_model(target.validate_command, target.model_dir, out) if target.validate_command
+            else None}
 
 
 def lingering_warnings(deps: Deps) -> list[str]:

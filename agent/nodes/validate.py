@@ -11,6 +11,7 @@ from typing import Any
 
 from agent.deps import Deps
 from agent.nodes.diagnose import record_fault
+from agent.nodes.launch import canary_commands
 from agent.repair.types import Fault
 from agent.state import SessionState
 
@@ -20,7 +21,7 @@ VALIDATE_TIMEOUT = 1800.0
 def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
     target = deps.config.target
     canary = (state.get("run") or {}).get("kind") == "canary"
-    command = target.canary_validate_command if canary else target.validate_command
+    command = canary_commands(state, deps)[1] if canary else target.validate_command
     if not command:
         detail = "the run exited 0 but no --validate command was given, so nothing verified its output"
         deps.record("validate", "validate", {"summary": detail, "verified": False})
@@ -37,6 +38,7 @@ def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
     deps.record("validate", "validate", {"summary": summary, "verified": verified, "report": report,
                                          "exit_code": result.exit_code})
     if verified and canary:  # the cheap run is right: now the target model, once
+        deps.record("canary_passed", "validate", {"launch": (state.get("run") or {}).get("n")})
         return {"validation": report, "canary_done": True, "fault": None}
     if verified:
         return {"validation": report, "outcome": "verified", "outcome_detail": summary}

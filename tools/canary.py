@@ -1,0 +1,63 @@
+"""The canary: a tiny random-weight model of the TARGET's architecture, built on the host from its config.json.
+
+The same driver runs on it first; each fault it shows costs seconds, not a big-model load. The script runs in
+the target env (it needs torch and transformers there, as the job does) and keeps what the driver depends on:
+the architecture class, the layer count (layer ids stay valid, capped at MAX_LAYERS), the vocabulary and the
+tokenizer files; it shrinks widths to a head_dim every attention backend supports.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from tools.errors import RunError
+from tools.host import Host
+
+MAX_LAYERS = 32
+SCRIPT = r"""
+import json, os, shutil, sys
+src, out, max_layers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM
+config = AutoConfig.from_pretrained(src)
+text = getattr(config, "text_config", config)
+heads = 2
+text.hidden_size = 64 * heads              # head_dim 64: supported by the CPU and GPU attention backends
+text.num_attention_heads = heads
+if hasattr(text, "num_key_value_heads"):
+    text.num_key_value_heads = min(heads, text.num_key_value_heads or heads)
+if hasattr(text, "head_dim"):
+    text.head_dim = 64
+text.intermediate_size = 256
+text.num_hidden_layers = min(text.num_hidden_layers, max_layers)
+tmp = out + ".tmp"
+shutil.rmtree(tmp, ignore_errors=True)
+torch.manual_seed(0)
+model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+model.save_pretrained(tmp, safe_serialization=True)
+for name in os.listdir(src):
+    if name.startswith(("tokenizer", "special_tokens", "vocab", "merges")) or name.endswith(".model"):
+        shutil.copy(os.path.join(src, name), tmp)
+json.dump({"canary_of": src}, open(os.path.join(tmp, "medic-canary.json"), "w"))
+shutil.rmtree(out, ignore_errors=True)
+os.rename(tmp, out)
+print(json.dumps({"layers": text.num_hidden_layers, "hidden": text.hidden_size}))
+"""
+
+
+def build_canary(host: Host, python: str, model_dir: str, out_dir: str, *, timeout: float = 900.0) -> str:
+    """Build (or reuse) the canary of ``model_dir`` at ``out_dir`` on ``host``; returns ``out_dir``."""
+    if host.exists(f"{out_dir}/medic-canary.json"):
+        return out_dir
+    result = host.run([python, "-c", SCRIPT, model_dir, out_dir, str(MAX_LAYERS)], timeout=timeout,
+                      env={"TOKENIZERS_PARALLELISM": "false"})
+    if not result.ok:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RunError(f"could not build a canary of {model_dir}: {last[:200]} "
+                       f"(run without --canary-model to skip it): {shlex.quote(python)}")
+    return out_dir
+
+
+def swap_model(command: list[str], model_dir: str, canary_dir: str) -> list[str]:
+    """The same command, pointed at the canary: every argument that names the model dir."""
+    return [arg.replace(model_dir, canary_dir) if model_dir in arg else arg for arg in command]
