@@ -51,7 +51,44 @@ def check_grep(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> Chec
     return ok, f"{check.detail!r} {'found' if ok else 'not found'} in {check.target}"
 
 
+def check_disk_free(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> CheckResult:
+    """Room for the outputs: a run that extracts for an hour and then cannot save is the worst kind of fail."""
+    result = ctx.host.run(["df", "-Pk", check.target], timeout=30)
+    try:
+        free_mb = int(result.stdout.strip().splitlines()[-1].split()[3]) // 1024
+    except (IndexError, ValueError):
+        return False, f"cannot read free space of {check.target}: {result.stderr.strip()[:120]}"
+    return free_mb >= int(check.detail or 1024), f"{free_mb} MB free in {check.target} (want {check.detail} MB)"
+
+
+def check_free_memory(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> CheckResult:
+    result = ctx.host.run("grep MemAvailable /proc/meminfo", timeout=30)
+    try:
+        free_mb = int(result.stdout.split()[1]) // 1024
+    except (IndexError, ValueError):
+        return True, "no /proc/meminfo on the host: not checked"
+    return free_mb >= int(check.detail or 1024), f"{free_mb} MB available (want {check.detail} MB)"
+
+
+def check_stale_runs(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> CheckResult:
+    """Earlier launches of this session still alive hold memory and ports: stop them."""
+    from tools import runs
+
+    stale = []
+    for run_dir in filter(None, check.detail.split("|")):
+        run = runs.Run.in_dir(run_dir)
+        if runs.status(ctx.host, run).state == "running":
+            runs.stop(ctx.host, run)
+            stale.append(run.id)
+    return not stale, f"stopped stale run(s) {', '.join(stale)}" if stale else "no earlier run still alive"
+
+
+ADVISORY = ("disk_free", "free_memory", "stale_runs")  # say so, but never blame a patch for them
+
 RUNNERS: dict[str, Callable[[RepairContext, Check, Mapping[str, str]], CheckResult]] = {
+    "disk_free": check_disk_free,
+    "free_memory": check_free_memory,
+    "stale_runs": check_stale_runs,
     "compile": check_compile,
     "import": check_import,
     "signature_has": check_signature_has,

@@ -89,7 +89,8 @@ def connect_host(config: SessionConfig) -> Host:
         return LocalHost()
     from tools.ssh import SSHHost
 
-    return SSHHost(target, trust_new_host=config.target.trust_new_host)
+    # MEDIC_SSH_CONFIG: another ssh config than ~/.ssh/config (the tests' sshd on loopback uses one)
+    return SSHHost(target, config_path=os.environ.get("MEDIC_SSH_CONFIG"), trust_new_host=config.target.trust_new_host)
 
 
 def make_deps(config: SessionConfig, host: Host | None = None, view: View | None = None,

@@ -226,8 +226,9 @@ class LabBuilder:
 
     def reset(self) -> None:
         """Pristine speculators and driver again; nothing else is touched."""
-        if not self.ready():
-            raise LabError(f"no ready lab at {self.paths.root}: run `medic lab build` first")
+        wheels = next(s for s in self.steps(("tiny",)) if s.name == "target-wheels")
+        if not self.is_done(wheels):  # only the venv matters here: a stale driver stamp is no reason to refuse
+            raise LabError(f"no lab venv at {self.paths.root}: run `medic lab build` first")
         self._pip("--no-deps", "--force-reinstall", SPECULATORS_PRISTINE, what="reinstalling pristine speculators")
         write_atomic(self.paths.driver, target_file("extract.py"))
         self.paths.output.unlink(missing_ok=True)

@@ -83,7 +83,7 @@ def check(
     output: Annotated[Path, typer.Argument(help="the extraction output (torch.save of a list of records)")],
     path: PathOpt = DEFAULT_ROOT,
     size: str = "tiny",
-    tolerance: float = 0.02,
+    tolerance: Annotated[float, typer.Option(help="max abs error as a fraction of each layer's scale")] = 0.05,
     sample: Annotated[int, typer.Option(help="check values of N sequences; 0 = all")] = 0,
 ) -> None:
     """Verify an output: layer count and shapes for every sequence, values against an fp32 HF forward pass."""

@@ -10,6 +10,7 @@ cut a link or kill medic in; then it calls fakecaller and writes out.txt, which 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -68,10 +69,8 @@ class Fake:
             return []
         out = []
         for line in self.trace_path.read_text().splitlines()[1:]:
-            try:
+            with contextlib.suppress(ValueError, KeyError):  # a line being written right now
                 out.append(json.loads(line)["kind"])
-            except (ValueError, KeyError):
-                pass  # a line being written right now
         return out
 
     @property
@@ -153,3 +152,29 @@ def make_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> MakeFake:
 def fake(make_fake: MakeFake) -> Fake:
     """The default fake target: approve mode, session s1, a driver that fails at once."""
     return make_fake()
+
+
+# -- the real CLI in a fresh process, and the figures bench/faults.py prints ---------------------------------
+REPO = Path(__file__).resolve().parents[1]
+MEDIC = [sys.executable, "-c", "from agent.cli import main; main()"]
+
+
+def medic_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180.0,
+              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``medic ARGS`` in a fresh process with no terminal; $MEDIC_HOME and the rest come from os.environ."""
+    return subprocess.run([*MEDIC, *args], cwd=cwd or REPO, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def spawn_medic(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([*MEDIC, *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, env={**os.environ, **(env or {})})
+
+
+def record_figure(name: str, *, survived: int, total: int, **counters: int | float | str) -> None:
+    """One row for bench/faults.py (a JSON line to $MEDIC_FAULTS_OUT when set). Call it before asserting."""
+    out = os.environ.get("MEDIC_FAULTS_OUT")
+    if not out:
+        return
+    with open(out, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"fault": name, "survived": survived, "total": total, **counters}) + "\n")

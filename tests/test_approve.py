@@ -6,7 +6,6 @@ passes ``legacy=True``; medic's derived ``unexpected_kwarg`` repair drops it. Th
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

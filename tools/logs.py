@@ -5,8 +5,9 @@ writes it after every ``\\n``, never after ``\\r``), a logger prefix
 ``ERROR 12-02 10:15:01 [multiproc_executor.py:863] ``, ANSI colours, and tqdm redraws separated by ``\\r``.
 ``clean_lines`` removes all of that and records what it removed on each ``LogLine``.
 
-``fingerprint`` and ``frame_origin`` name a failure; ``extract_tracebacks`` and ``root_cause`` live in
-tools/tracebacks.py and are re-exported here, so callers import everything log-related from ``tools.logs``.
+``fingerprint`` and ``frame_origin`` (tools/fingerprint.py) name a failure; ``extract_tracebacks`` and
+``root_cause`` (tools/tracebacks.py, tools/root_cause.py) find it. All are re-exported here, so callers import
+everything log-related from ``tools.logs``.
 
 Logs are untrusted input: nothing here evaluates them, undecodable bytes become U+FFFD, and a line that
 never ends (a tqdm bar redrawn for hours) is kept bounded while it waits for its ``\\n``.
@@ -15,12 +16,17 @@ never ends (a tqdm bar redrawn for hours) is kept bounded while it waits for its
 from __future__ import annotations
 
 import gc
-import hashlib
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+from tools.fingerprint import (
+    DEFAULT_LIBRARY_MARKERS,
+    Fingerprint,
+    FrameOrigin,
+    fingerprint,
+    frame_origin,
+    normalise_message,
+)
 from tools.tracebacks import (
     GENERIC_WRAPPER_SIGNALS,
     SHUTDOWN_NOISE_SIGNALS,
@@ -82,7 +88,6 @@ _NO_TAG: tuple[None, None, None] = (None, None, None)
 _MAX_PENDING_BYTES = 1 << 20
 _SLICE_BYTES = 1 << 20
 _MAX_CACHED = 4096
-DEFAULT_LIBRARY_MARKERS = ("site-packages", "dist-packages")
 
 
 def clean_lines(data: bytes) -> list[LogLine]:
@@ -262,68 +267,3 @@ def _bounded(pending: bytes) -> bytes:
         half = _MAX_PENDING_BYTES // 2
         pending = pending[:half] + pending[-half:]
     return pending
-
-
-# ---- naming a failure: what stays the same when the same fault happens again -----------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class FrameOrigin:
-    kind: Literal["user", "library", "stdlib"]  # library: under a library marker such as site-packages
-    package: str | None  # top-level package of a library frame: "vllm", "speculators", "torch"
-    path: str  # a library frame's file relative to site-packages ("vllm/v1/engine/core.py"), else the file
-
-
-_STDLIB = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?[/\\]|<frozen ")
-
-
-def frame_origin(frame: Frame, library_markers: Sequence[str] = DEFAULT_LIBRARY_MARKERS) -> FrameOrigin:
-    """Whether ``frame`` runs installed library code, the standard library, or the user's own code."""
-    for marker in library_markers:
-        at = frame.file.rfind(marker)
-        rest = frame.file[at + len(marker) :] if at >= 0 else ""
-        if rest.startswith(("/", "\\")) or (rest and marker.endswith(("/", "\\"))):
-            path = rest.lstrip("/\\").replace("\\", "/")
-            package = re.split(r"[/.]", path, maxsplit=1)[0] or None
-            return FrameOrigin("library", package, path)
-    return FrameOrigin("stdlib" if _STDLIB.search(frame.file) else "user", None, frame.file)
-
-
-@dataclass(frozen=True, slots=True)
-class Fingerprint:
-    exc_type: str  # short name: "TypeError", "EngineDeadError"
-    message: str  # numbers -> N, hex addresses -> ADDR, quoted paths -> PATH, pids removed, one line
-    library_file: str | None  # innermost library frame, relative to site-packages
-    library_func: str | None
-    key: str  # short stable hash of the four fields above
-
-
-_NORMALISERS = (
-    (re.compile(r"\bpid[=:]\s*\d+,?\s*", re.IGNORECASE), ""),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "ADDR"),
-    (re.compile(r"""(['"])(?:[A-Za-z]:\\|\.{0,2}/|~/)[^'"\n]*\1"""), "PATH"),
-    (re.compile(r"(?<![A-Za-z_\d])\d+(?:\.\d+)?"), "N"),
-)
-_FINGERPRINT_MESSAGE_CHARS = 512
-
-
-def normalise_message(message: str) -> str:
-    for pattern, replacement in _NORMALISERS:
-        message = pattern.sub(replacement, message)
-    return " ".join(message.split())[:_FINGERPRINT_MESSAGE_CHARS]
-
-
-def fingerprint(traceback: Traceback, library_markers: Sequence[str] = DEFAULT_LIBRARY_MARKERS) -> Fingerprint:
-    """What stays the same when the same fault happens again: the exception type, the shape of the message
-    and the innermost library frame."""
-    library_file = library_func = None
-    for frame in reversed(traceback.frames):
-        origin = frame_origin(frame, library_markers)
-        if origin.kind == "library":
-            library_file, library_func = origin.path, frame.func
-            break
-    exc_type = traceback.short_type or "<truncated>"
-    message = normalise_message(traceback.message)
-    identity = "\x1f".join((exc_type, message, library_file or "", library_func or ""))
-    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return Fingerprint(exc_type, message, library_file, library_func, key)

@@ -5,87 +5,55 @@ leave the allowed roots (``..`` and symlinks resolved by the host), context that
 hash to ``sha256_after`` or do not compile, and it validates every file before it writes any. The ledger
 (``<ledger_dir>/<patch_id>.json`` plus ``<ledger_dir>/<patch_id>/orig/<sha256_before>``) keeps the original
 bytes, so ``revert_patch`` needs only the id. Only Host calls touch the target, so SSH works the same.
+
+``Patch`` and the diff text work live in tools/diffs.py, the ledger in tools/ledger.py; both are re-exported
+here, so callers import everything patch-related from ``tools.patches``.
 """
 
 from __future__ import annotations
 
-import difflib
-import hashlib
 import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from unidiff import PatchSet
-from unidiff.errors import UnidiffParseError
-
+from tools.diffs import (
+    NO_NEWLINE,
+    FileDiff,
+    FilePatch,
+    Hunk,
+    Patch,
+    apply_hunks,
+    decode_source,
+    parse_diff,
+    sha256,
+    unified_diff,
+)
 from tools.errors import MedicError, OutsideRoots, PatchDoesNotCompile, PatchError, StaleContext
 from tools.host import Host
+from tools.ledger import LedgerEntry, LedgerFile, ledger_entries, load_entry, save_entry
 
-NO_NEWLINE = "\\ No newline at end of file\n"
-
-
-class FilePatch(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    path: str  # absolute, on the target host
-    diff: str  # unified diff of this one file, ``a/<path>`` / ``b/<path>`` headers
-    sha256_before: str
-    sha256_after: str
-
-
-class Patch(BaseModel):
-    """Serializable with ``model_dump_json`` / ``Patch.model_validate_json``."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str  # first 16 hex digits of the sha256 of the concatenated file diffs
-    files: tuple[FilePatch, ...]
-    rationale: str
-    origin: str  # "playbook:<name>", "derived:<rule>", "llm"
-    evidence: tuple[str, ...] = ()
-    checks: tuple[str, ...] = ()
-
-    @property
-    def diff(self) -> str:
-        return "".join(f.diff for f in self.files)
-
-
-class LedgerFile(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    path: str
-    real_path: str  # where the bytes were written (symlinks resolved)
-    sha256_before: str
-    sha256_after: str
-    original: str  # ledger copy of the bytes before the patch
-
-
-class LedgerEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    patch_id: str
-    state: Literal["applying", "applied", "rolled_back", "reverted"]
-    updated_at: str
-    files: tuple[LedgerFile, ...]
-    patch: Patch
-
-
-@dataclass(frozen=True)
-class Hunk:
-    source_start: int
-    source_length: int
-    source_lines: tuple[str, ...]  # context and removed lines, newlines kept
-    target_lines: tuple[str, ...]  # context and added lines
-
-
-@dataclass(frozen=True)
-class FileDiff:
-    path: str
-    hunks: tuple[Hunk, ...]
+__all__ = [
+    "NO_NEWLINE",
+    "ApplyResult",
+    "FileDiff",
+    "FilePatch",
+    "Hunk",
+    "LedgerEntry",
+    "LedgerFile",
+    "Patch",
+    "RevertResult",
+    "apply_hunks",
+    "apply_patch",
+    "ledger_entries",
+    "load_entry",
+    "make_patch",
+    "parse_diff",
+    "patch_from_diff",
+    "revert_patch",
+    "sha256",
+    "unified_diff",
+]
 
 
 @dataclass(frozen=True)
@@ -104,84 +72,6 @@ class RevertResult:
     files: tuple[str, ...]
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _lines(text: str) -> list[str]:
-    """Split at "\\n" only, as unified diffs do (str.splitlines also splits at \\f, \\x1c, \\r...)."""
-    parts = text.split("\n")
-    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
-
-
-def _decode(data: bytes, path: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise PatchError(f"{path} is not UTF-8 text; medic only patches source files") from exc
-
-
-def unified_diff(path: str, before: str, after: str) -> str:
-    out = difflib.unified_diff(_lines(before), _lines(after), fromfile="a" + path, tofile="b" + path)
-    return "".join(line if line.endswith("\n") else line + "\n" + NO_NEWLINE for line in out)
-
-
-def _header_path(name: str, base_dir: str | None) -> str:
-    if name.startswith(("a/", "b/")):
-        name = name[2:]
-        if base_dir and not ("/" + name).startswith(base_dir.rstrip("/") + "/"):
-            return posixpath.join(base_dir, name)
-        return "/" + name  # our own headers: "a" + an absolute path
-    return name if posixpath.isabs(name) or not base_dir else posixpath.join(base_dir, name)
-
-
-def parse_diff(text: str, *, base_dir: str | None = None) -> dict[str, FileDiff]:
-    """Per-file hunks of a unified diff; relative header paths are taken under ``base_dir`` if given."""
-    try:
-        patch_set = PatchSet(text)
-    except UnidiffParseError as exc:
-        raise PatchError(f"not a unified diff: {exc}") from exc
-    if not patch_set:
-        raise PatchError("the diff names no file")
-    diffs: dict[str, FileDiff] = {}
-    for patched in patch_set:
-        path = _header_path(patched.target_file, base_dir)
-        if "/dev/null" in (patched.source_file, patched.target_file) or patched.is_rename:
-            raise PatchError(f"{path}: only edits of existing files are supported (no add/remove/rename)")
-        hunks = []
-        for hunk in patched:
-            source: list[str] = []
-            target: list[str] = []
-            sides: tuple[list[str], ...] = ()
-            for line in hunk:
-                if line.line_type == "\\":  # the line before has no final newline
-                    for side in sides:
-                        side[-1] = side[-1].removesuffix("\n")
-                    continue
-                sides = {" ": (source, target), "-": (source,), "+": (target,)}.get(line.line_type, ())
-                for side in sides:
-                    side.append(line.value)
-            hunks.append(Hunk(hunk.source_start, hunk.source_length, tuple(source), tuple(target)))
-        diffs[path] = FileDiff(path, tuple(hunks))
-    return diffs
-
-
-def apply_hunks(text: str, diff: FileDiff) -> str:
-    """Apply with zero fuzz and zero offset: every context line must be where the hunk header says."""
-    lines, out, pos = _lines(text), [], 0
-    for hunk in diff.hunks:
-        start = hunk.source_start - 1 if hunk.source_length else hunk.source_start
-        end = start + len(hunk.source_lines)
-        if start < pos or lines[start:end] != list(hunk.source_lines):
-            raise StaleContext(
-                f"{diff.path}: hunk @@ -{hunk.source_start},{hunk.source_length} @@ does not match the file "
-                "at that line (no fuzz, no offset): re-read the source and make the patch again"
-            )
-        out += lines[pos:start] + list(hunk.target_lines)
-        pos = end
-    return "".join(out + lines[pos:])
-
-
 def make_patch(
     host: Host,
     edits: Mapping[str, str],
@@ -198,7 +88,7 @@ def make_patch(
         if not posixpath.isabs(path) or st is None or st.is_dir:
             raise PatchError(f"make_patch edits existing files by absolute path only: {path}")
         raw = host.read_bytes(path)
-        before, after = _decode(raw, path), edits[path]
+        before, after = decode_source(raw, path), edits[path]
         if before == after:
             continue
         diff = unified_diff(path, before, after)
@@ -237,7 +127,7 @@ def patch_from_diff(
     for path, file_diff in parse_diff(diff_text, base_dir=base_dir).items():
         if host.stat(path) is None:
             raise PatchError(f"the diff edits {path}, which does not exist on {host.name}")
-        edits[path] = apply_hunks(_decode(host.read_bytes(path), path), file_diff)
+        edits[path] = apply_hunks(decode_source(host.read_bytes(path), path), file_diff)
     return make_patch(host, edits, rationale=rationale, origin=origin, evidence=evidence, checks=checks)
 
 
@@ -247,42 +137,6 @@ class _Write:
     real_path: str
     data: bytes  # what goes to real_path
     undo: bytes  # what was there before
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _entry_path(ledger_dir: str, patch_id: str) -> str:
-    return posixpath.join(ledger_dir, f"{patch_id}.json")
-
-
-def load_entry(host: Host, ledger_dir: str, patch_id: str) -> LedgerEntry | None:
-    path = _entry_path(ledger_dir, patch_id)
-    if host.stat(path) is None:
-        return None
-    try:
-        return LedgerEntry.model_validate_json(host.read_bytes(path))
-    except ValidationError as exc:
-        raise PatchError(f"ledger entry {path} is damaged: {exc.errors()[0]['msg']}") from exc
-
-
-def ledger_entries(host: Host, ledger_dir: str) -> list[LedgerEntry]:
-    """Every patch the ledger knows, oldest change first."""
-    if host.stat(ledger_dir) is None:
-        return []
-    listing = host.run(["ls", "-1A", ledger_dir], timeout=30)
-    if not listing.ok:
-        raise PatchError(f"cannot list the ledger {ledger_dir}: {listing.stderr.strip()[:200]}")
-    ids = [name.removesuffix(".json") for name in listing.stdout.split("\n") if name.endswith(".json")]
-    entries = [e for e in (load_entry(host, ledger_dir, i) for i in ids) if e is not None]
-    return sorted(entries, key=lambda e: e.updated_at)
-
-
-def _save(host: Host, ledger_dir: str, entry: LedgerEntry, state: str) -> LedgerEntry:
-    entry = entry.model_copy(update={"state": state, "updated_at": _now()})
-    host.write_bytes_atomic(_entry_path(ledger_dir, entry.patch_id), entry.model_dump_json(indent=2).encode())
-    return entry
 
 
 def _inside_roots(host: Host, path: str, real_roots: Sequence[str]) -> str:
@@ -363,7 +217,7 @@ def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: s
         diffs = list(parse_diff(file.diff).values())
         if len(diffs) != 1:
             raise PatchError(f"the diff for {file.path} must cover exactly that one file")
-        new_text = apply_hunks(_decode(current, file.path), FileDiff(file.path, diffs[0].hunks))
+        new_text = apply_hunks(decode_source(current, file.path), FileDiff(file.path, diffs[0].hunks))
         if sha256(new_text.encode()) != file.sha256_after:
             raise StaleContext(
                 f"{file.path}: the diff does not produce sha256_after; the patch is inconsistent"
@@ -396,13 +250,13 @@ def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: s
     for kept in ledger:
         host.write_bytes_atomic(kept.original, next(w.undo for w in writes if w.path == kept.path), 0o644)
     entry = LedgerEntry(patch_id=patch.id, state="applying", updated_at="", files=tuple(ledger), patch=patch)
-    entry = _save(host, ledger_dir, entry, "applying")
+    entry = save_entry(host, ledger_dir, entry, "applying")
     try:
         _write_all(host, writes)
     except PatchError:
-        _save(host, ledger_dir, entry, "rolled_back")
+        save_entry(host, ledger_dir, entry, "rolled_back")
         raise
-    _save(host, ledger_dir, entry, "applied")
+    save_entry(host, ledger_dir, entry, "applied")
     return ApplyResult(patch.id, applied=True, already_applied=False, files=tuple(w.path for w in writes))
 
 
@@ -431,5 +285,5 @@ def revert_patch(host: Host, patch_id: str, *, ledger_dir: str) -> RevertResult:
             raise PatchError(f"the kept original {f.original} is damaged; cannot revert {f.path}")
         restores.append(_Write(f.path, f.real_path, original, current))
     _write_all(host, restores)
-    _save(host, ledger_dir, entry, "reverted")
+    save_entry(host, ledger_dir, entry, "reverted")
     return RevertResult(patch_id, reverted=True, already_reverted=False, files=paths)

@@ -1,8 +1,9 @@
 """Source questions answered by the TARGET environment's own python, on whichever host it lives.
 
-Each call sends ``tools/source_probe.py`` (stdlib only) to ``python -B -`` on the host and reads one JSON
-line back. The probe never imports the inspected package, so a broken or slow vLLM still answers in well
-under a second. Paths in results are the target host's absolute paths.
+Each call sends the probe (``tools.source_probe.PROBE_TEXT``: tools/probe/ joined into one stdlib-only
+script) to ``python -B -`` on the host and reads one JSON line back. The probe never imports the inspected
+package, so a broken or slow vLLM still answers in well under a second. Paths in results are the target
+host's absolute paths.
 
 Targets are ``"pkg.mod:Class.method"`` or ``"pkg.mod.Class.method"`` (the longest importable prefix is the
 module). ``path_extra`` puts folders first on the probe's ``sys.path`` (tests, or a job's PYTHONPATH).
@@ -13,14 +14,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tools.errors import SourceError
 from tools.host import Host
-from tools.source_probe import MARK
+from tools.source_probe import MARK, PROBE_TEXT
 
-PROBE_TEXT = Path(__file__).with_name("source_probe.py").read_text(encoding="utf-8")
 PROBE_TIMEOUT = 60.0
 MAX_VIEW_LINES = 400
 MAX_VIEW_BYTES = 8_000_000

@@ -7,13 +7,14 @@ Three promises matter for a days-long job on a remote GPU box:
 * only getting a channel is retried (the link may be down for a while); a command that was sent is never
   re-sent, because it may already have had its effect;
 * a command past its deadline is killed with its whole process group, not merely abandoned.
+
+Reading the target and the ssh config, the known-hosts policy and the authenticated connect live in
+tools/ssh_config.py (``SSHTarget`` and ``resolve_target`` are re-exported here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import getpass
-import os
 import posixpath
 import select
 import shlex
@@ -23,14 +24,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
 import paramiko
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from tools.errors import CommandTimeout, HostError, HostKeyError, HostUnreachable, UsageError
+from tools.errors import CommandTimeout, HostError, HostUnreachable, UsageError
 from tools.host import Command, CommandResult, FileStat, as_shell
+from tools.ssh_config import SSHTarget, connect_client, resolve_target
+
+__all__ = ["SSHHost", "SSHTarget", "resolve_target"]
 
 T = TypeVar("T")
 CHUNK = 32768  # the largest SFTP read OpenSSH answers in one packet
@@ -51,56 +54,6 @@ def _grouped(line: str) -> str:
     return f"if command -v setsid >/dev/null 2>&1; then exec setsid -w {wrapped}; else exec {wrapped}; fi"
 
 
-@dataclass(frozen=True)
-class SSHTarget:
-    """Where to connect, once the target string and the ssh config have been read."""
-
-    hostname: str
-    port: int
-    user: str
-    identity_files: tuple[str, ...]
-    identities_only: bool
-    proxy_jump: str | None
-    known_hosts: str
-
-    @property
-    def known_name(self) -> str:
-        """The name known_hosts uses: ``host`` on port 22, ``[host]:port`` elsewhere."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
-
-
-def resolve_target(target: str, config_path: str | None = None, known_hosts_path: str | None = None,
-                   key_filename: str | None = None, proxy_jump: str | None = None) -> SSHTarget:
-    """``alias`` or ``user@host[:port]``; the config's HostName/Port/User/IdentityFile/ProxyJump fill gaps."""
-    user, _, rest = target.rpartition("@")
-    if rest.startswith("["):
-        alias, _, tail = rest[1:].partition("]")
-        port_text = tail.removeprefix(":")
-    else:
-        alias, _, port_text = rest.partition(":") if rest.count(":") == 1 else (rest, "", "")
-    if not alias or (port_text and not port_text.isdigit()):
-        raise UsageError(f"cannot read ssh target {target!r}: want an ssh config alias or user@host[:port]")
-    config_file = os.path.expanduser(config_path or "~/.ssh/config")
-    try:
-        config = paramiko.SSHConfig.from_path(config_file) if os.path.exists(config_file) else None
-    except (OSError, paramiko.SSHException) as exc:
-        raise UsageError(f"cannot read ssh config {config_file}: {exc}") from exc
-    found = config.lookup(alias) if config else paramiko.SSHConfigDict(hostname=alias)
-    keys = [key_filename] if key_filename else []
-    keys += [os.path.expanduser(path) for path in found.get("identityfile", [])]
-    jump = proxy_jump if proxy_jump is not None else found.get("proxyjump")
-    known = known_hosts_path or (found.get("userknownhostsfile") or "~/.ssh/known_hosts").split()[0]
-    return SSHTarget(
-        hostname=found.get("hostname", alias),
-        port=int(port_text or found.get("port", "22")),
-        user=user or found.get("user") or getpass.getuser(),
-        identity_files=tuple(dict.fromkeys(path for path in keys if os.path.exists(path))),
-        identities_only=found.get("identitiesonly", "no").lower() == "yes",
-        proxy_jump=None if (jump or "none").lower() == "none" else jump,
-        known_hosts=os.path.expanduser(known),
-    )
-
-
 def _is_link_error(exc: BaseException) -> bool:
     """True for a link that is down or dropped; False for a refusal that retrying cannot change."""
     if isinstance(exc, HostUnreachable):
@@ -112,26 +65,6 @@ def _is_link_error(exc: BaseException) -> bool:
     if isinstance(exc, paramiko.ChannelException):  # only "connect failed": a jump host cannot reach it yet
         return exc.code == paramiko.common.OPEN_FAILED_CONNECT_FAILED
     return isinstance(exc, LINK_ERRORS)
-
-
-class _KnownHostsPolicy(paramiko.MissingHostKeyPolicy):
-    """paramiko calls this only for a host with no entry at all; a mismatch raises BadHostKeyException."""
-
-    def __init__(self, target: SSHTarget, trust_new_host: bool) -> None:
-        self.target, self.trust_new_host = target, trust_new_host
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        known, port = self.target.known_hosts, self.target.port
-        if not self.trust_new_host:
-            raise HostKeyError(
-                f"unknown host key for {hostname} ({key.get_name()} {key.fingerprint}), not in {known}: check"
-                f" it, then add it with `ssh-keyscan -p {port} {self.target.hostname} >> {known}` or connect"
-                " once with --trust-new-host")
-        os.makedirs(os.path.dirname(known) or ".", mode=0o700, exist_ok=True)
-        with open(known, "a+b") as fh:
-            ends_open = fh.tell() > 0 and (fh.seek(-1, os.SEEK_END) or fh.read(1)) != b"\n"
-            fh.write(b"\n" * ends_open + f"{hostname} {key.get_name()} {key.get_base64()}\n".encode())
-        client.get_host_keys().add(hostname, key.get_name(), key)
 
 
 class SSHHost:
@@ -202,31 +135,7 @@ class SSHHost:
             where = (target.hostname, target.port)
             sock = self._jump._with_retry(lambda t: t.open_channel(
                 "direct-tcpip", where, ("127.0.0.1", 0), timeout=self.connect_timeout))
-        client = paramiko.SSHClient()
-        if os.path.exists(target.known_hosts):
-            client.load_host_keys(target.known_hosts)
-        client.set_missing_host_key_policy(_KnownHostsPolicy(target, self.trust_new_host))
-        try:
-            client.connect(
-                target.hostname, target.port, target.user, sock=sock,
-                key_filename=list(target.identity_files) or None,  # type: ignore[arg-type]
-                allow_agent=not target.identities_only, look_for_keys=not target.identities_only,
-                timeout=self.connect_timeout, banner_timeout=self.connect_timeout,
-                auth_timeout=self.connect_timeout, channel_timeout=self.connect_timeout)
-        except paramiko.BadHostKeyException as exc:
-            client.close()
-            raise HostKeyError(
-                f"host key for {target.known_name} CHANGED: the server offers {exc.key.get_name()} "
-                f"{exc.key.fingerprint}, {target.known_hosts} has {exc.expected_key.fingerprint}; refusing to"
-                f" connect. If the host was really reinstalled: `ssh-keygen -R '{target.known_name}' -f "
-                f"{target.known_hosts}`, then add the new key with ssh-keyscan") from None
-        except paramiko.AuthenticationException as exc:
-            client.close()
-            raise HostError(f"{target.user}@{target.known_name} refused our keys "
-                            f"({', '.join(target.identity_files) or 'agent/default keys'}): {exc}") from None
-        except BaseException:
-            client.close()
-            raise
+        client = connect_client(target, sock, trust_new_host=self.trust_new_host, timeout=self.connect_timeout)
         transport = client.get_transport()
         if transport is not None and self.keepalive > 0:
             transport.set_keepalive(max(1, int(self.keepalive)))

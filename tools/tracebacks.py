@@ -3,19 +3,36 @@
 ``extract_tracebacks`` reads each process's lines on their own, and each vLLM logger record on its own (a
 worker logs every line of its traceback behind the same ``ERROR ... [multiproc_executor.py:863]`` prefix),
 so interleaved output never mixes. Chained causes and exception-group members are kept. ``root_cause``
-looks past the wrappers that only say "see above". Import all of it from ``tools.logs``.
+(tools/root_cause.py, re-exported here) looks past the wrappers that only say "see above". Import all of it
+from ``tools.logs``.
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from tools.root_cause import GENERIC_WRAPPER_SIGNALS, SHUTDOWN_NOISE_SIGNALS, WrapperSignal, chain_of, root_cause
+
 if TYPE_CHECKING:
     from tools.logs import LogLine
+
+__all__ = [
+    "GENERIC_WRAPPER_SIGNALS",
+    "MAX_CODE_CHARS",
+    "MAX_FRAMES",
+    "MAX_MESSAGE_CHARS",
+    "MAX_MESSAGE_LINES",
+    "SHUTDOWN_NOISE_SIGNALS",
+    "Frame",
+    "Traceback",
+    "WrapperSignal",
+    "extract_tracebacks",
+    "root_cause",
+]
 
 MAX_MESSAGE_CHARS = 4096
 MAX_FRAMES = 60  # the innermost ones: that is where the fault is
@@ -95,7 +112,7 @@ def extract_tracebacks(lines: Sequence[LogLine]) -> list[Traceback]:
             window *= 8
         found += [traceback for traceback, _ in complete]
         parsed_until[stream] = complete[-1][1]
-    return sorted(found, key=lambda traceback: min(node.first_lineno for node in _chain(traceback)))
+    return sorted(found, key=lambda traceback: min(node.first_lineno for node in chain_of(traceback)))
 
 
 class _Parser:
@@ -251,80 +268,3 @@ def _demargin(items: list[tuple[str, int]], width: int) -> list[tuple[str, int]]
         inner = inner[2:] if inner[:2] in ("| ", "+ ") else "" if inner in ("|", "+") else inner
         view.append((inner, lineno))
     return view
-
-
-def _chain(traceback: Traceback) -> Iterator[Traceback]:
-    node: Traceback | None = traceback
-    while node is not None:
-        yield node
-        node = node.cause
-
-
-# ---- which traceback explains the failure ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WrapperSignal:
-    """Marks a traceback by its short exception name and/or a case-insensitive piece of its message."""
-
-    exc_type: str | None = None
-    message: str | None = None
-
-    def matches(self, traceback: Traceback) -> bool:
-        if self.exc_type is not None and traceback.short_type != self.exc_type:
-            return False
-        return self.message is None or self.message.lower() in traceback.message.lower()
-
-
-# Tracebacks that only point elsewhere for their cause: vLLM's driver and engine re-raise worker failures so.
-GENERIC_WRAPPER_SIGNALS: tuple[WrapperSignal, ...] = (
-    WrapperSignal(message="please check the stack trace above for the root cause"),
-    WrapperSignal(message="see root cause above"),
-    WrapperSignal(message="see stack trace for root cause"),
-    WrapperSignal(message="see stack trace (above) for the root cause"),
-    WrapperSignal(message="enginecore encountered an issue"),
-    WrapperSignal(message="engine core initialization failed"),
-    WrapperSignal(message="initialization failed due to an exception in a background process"),
-    WrapperSignal(exc_type="RuntimeError", message="worker failed"),
-    WrapperSignal(exc_type="EngineDeadError"),
-    WrapperSignal(exc_type="EngineGenerateError"),
-    WrapperSignal(exc_type="ExceptionGroup"),
-    WrapperSignal(exc_type="BaseExceptionGroup"),
-)
-# Tracebacks of processes being torn down because something else already failed.
-SHUTDOWN_NOISE_SIGNALS: tuple[WrapperSignal, ...] = (
-    WrapperSignal(exc_type="KeyboardInterrupt"),
-    WrapperSignal(exc_type="SystemExit"),
-    WrapperSignal(exc_type="BrokenPipeError"),
-    WrapperSignal(exc_type="CancelledError"),
-)
-_QUIET_LEVELS = frozenset({"DEBUG", "INFO", "WARNING"})  # logged and carried on: probably handled
-
-
-def root_cause(tracebacks: Sequence[Traceback]) -> Traceback | None:
-    """The traceback that explains the failure: the earliest informative one, looking through chains and
-    groups; wrappers, teardown noise and handled (quietly logged) ones only when nothing better exists."""
-    candidates = [node for traceback in tracebacks for node in _all_nodes(traceback)]
-    return min(candidates, key=_explanatory_rank, default=None)
-
-
-def _all_nodes(traceback: Traceback) -> Iterator[Traceback]:
-    for node in _chain(traceback):
-        yield node
-        for member in node.exceptions:
-            yield from _all_nodes(member)
-
-
-def _explanatory_rank(traceback: Traceback) -> tuple[int, int]:
-    if traceback.exc_type is None:
-        rank = 4 if traceback.frames else 6
-    elif any(signal.matches(traceback) for signal in GENERIC_WRAPPER_SIGNALS):
-        rank = 5
-    elif any(signal.matches(traceback) for signal in SHUTDOWN_NOISE_SIGNALS):
-        rank = 3
-    elif traceback.level in _QUIET_LEVELS:
-        rank = 2
-    else:
-        rank = 0
-    # Earliest first: the first exception raised is the cause of the ones printed after it.
-    return rank, traceback.first_lineno

@@ -12,13 +12,16 @@ import shlex
 import time
 from typing import Any
 
-from agent.checks import run_check
+from agent.checks import ADVISORY, run_check
 from agent.codec import check_from_dict
 from agent.deps import Deps
+from agent.repair.types import Check
 from agent.state import LaunchRecord, SessionState
 from tools import runs
 from tools.errors import HostError, RunError
 
+DISK_FREE_MB = 1024  # outputs of a real extraction run are GBs; a warning below one GB
+FREE_MEMORY_MB = 2048
 LOADED_PHASES = ("loading", "kv_cache", "warmup", "extracting", "done")
 
 
@@ -78,7 +81,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     record: LaunchRecord = dict(state["run"] or {})  # type: ignore[assignment]
     run = runs.Run.in_dir(record["run_dir"])
     ctx = deps.context(state)
-    pending = [check_from_dict(c) for c in state.get("pending_checks") or []]
+    pending = [check_from_dict(c) for c in state.get("pending_checks") or []] + environment_checks(state, deps)
     results: list[dict[str, Any]] = []
     offset, tail = 0, ""
     seen_phases: dict[str, float] = dict(record.get("phases") or {})
@@ -110,7 +113,9 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                       "phase": next(reversed(seen_phases), "starting"), "launch": record["n"]}
             results.append(result)
             deps.record("check", "watch", result)
-            if not ok:
+            if not ok and check.kind in ADVISORY:
+                deps.record("warning", "watch", {"message": f"{check.describe()}: {detail}"})
+            elif not ok:
                 runs.stop(deps.host, run)
                 outcome = f"stopped:check failed: {check.describe()}"
                 break
@@ -140,6 +145,16 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     launches = [record if launch_.get("n") == record["n"] else launch_ for launch_ in state.get("launches") or []]
     return {"run": record, "launches": launches, "pending_checks": [],
             "verifications": [*(state.get("verifications") or []), *results]}
+
+
+def environment_checks(state: SessionState, deps: Deps) -> list[Check]:
+    """What the host needs for this run to finish, checked while it loads (advisory: never blamed on a patch)."""
+    record = state.get("run") or {}
+    earlier = [launch_["run_dir"] for launch_ in state.get("launches") or []
+               if launch_.get("run_dir") and launch_.get("n") != record.get("n")]
+    return [Check("disk_free", deps.config.target.workdir, str(DISK_FREE_MB), when="during_load"),
+            Check("free_memory", "host", str(FREE_MEMORY_MB), when="during_load"),
+            Check("stale_runs", "session", "|".join(earlier[-5:]), when="during_load")]
 
 
 def load_seconds(phases: dict[str, float]) -> float | None:

@@ -32,8 +32,9 @@ def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
     verified = result.exit_code == 0 and report.get("verified", True) is True
     problems = report.get("problems") or [line for line in (result.stdout + result.stderr).splitlines()
                                           if line.strip()][-20:]
-    summary = (f"verified: {report.get('sequences', '?')} sequences, per-layer max abs error "
-               f"{report.get('max_abs_error_per_layer', {})}" if verified
+    summary = ((f"verified: {report['sequences']} sequences, per-layer max abs error "
+                f"{report.get('max_abs_error_per_layer', {})}" if "sequences" in report
+                else f"verified by `{' '.join(command)[:120]}` (exit 0)") if verified
                else f"NOT verified (exit {result.exit_code}): {'; '.join(problems[:3])}")
     deps.record("validate", "validate", {"summary": summary, "verified": verified, "report": report,
                                          "exit_code": result.exit_code})

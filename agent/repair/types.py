@@ -49,7 +49,8 @@ class Fault:
 class Check:
     """A check that proves a patch: run before the relaunch (``when="before"``) or during the load."""
 
-    kind: Literal["compile", "import", "signature_has", "member_exists", "grep"]
+    kind: Literal["compile", "import", "signature_has", "member_exists", "grep", "disk_free", "free_memory",
+                  "stale_runs"]
     target: str  # module, file, or "module:Qualname"
     detail: str = ""  # parameter / member name / regex
     when: Literal["before", "during_load"] = "before"

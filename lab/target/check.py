@@ -1,10 +1,12 @@
 """Verify an extraction output against a reference forward pass (runs in the lab venv).
 
-python check.py OUTPUT --model DIR [--tolerance 0.02] [--sample N] [--json]
+python check.py OUTPUT --model DIR [--tolerance 0.05] [--sample N] [--json]
 
 For every sequence: the number of layers, and each tensor's shape (len(input_ids), hidden_size).
 For a sample of sequences (all by default): values against HF transformers in fp32 with
-output_hidden_states=True, where extracted layer i is reference hidden_states[i + 1].
+output_hidden_states=True, where extracted layer i is reference hidden_states[i + 1]. The tolerance is relative
+to the layer's scale (its max |value| in the reference): bf16 extraction lands within ~2% of it on the tiny and
+the large lab model alike, while a wrong fix is off by the scale itself.
 Exit 0 only when everything checked is right; 1 when the output is wrong; 2 when it cannot be read.
 """
 
@@ -22,7 +24,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("output")
     parser.add_argument("--model", required=True)
-    parser.add_argument("--tolerance", type=float, default=0.02)
+    parser.add_argument("--tolerance", type=float, default=0.05, help="max abs error / layer scale")
     parser.add_argument("--sample", type=int, default=0, help="check values of N sequences (0 = all)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -67,10 +69,13 @@ def main() -> int:
         with torch.no_grad():
             reference = model(ids.unsqueeze(0), output_hidden_states=True).hidden_states
         for layer, tensor in zip(layer_ids, states, strict=False):
-            err = (torch.as_tensor(tensor).float() - reference[layer + 1][0]).abs().max().item()
+            ref = reference[layer + 1][0]
+            err = (torch.as_tensor(tensor).float() - ref).abs().max().item()
+            scale = max(ref.abs().max().item(), 1e-6)
             per_layer[layer] = max(per_layer.get(layer, 0.0), err)
-            if not err <= args.tolerance:
-                problems.append(f"sequence {index} layer {layer}: max abs error {err:.4f} > {args.tolerance}")
+            if not err <= args.tolerance * scale:
+                problems.append(f"sequence {index} layer {layer}: max abs error {err:.4f} > {args.tolerance} x "
+                                f"scale {scale:.3f}")
 
     verified = not problems
     report = {
