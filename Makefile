@@ -28,6 +28,7 @@ lab: $(STAMP)
 demo: lab
 	$(BIN)/medic lab reset
 	$(BIN)/medic run --session demo-$$(date +%Y%m%d-%H%M%S) --postmortem
+	$(BIN)/medic lab check $$HOME/.cache/medic/lab/work/out/hidden_states.pt
 
 # pytest's exit 5 (no test collected) is a failure here, never a pass.
 test: $(STAMP) system-deps lab

@@ -17,8 +17,8 @@ fault, not the log), the candidate search (playbooks and derived repairs read th
 trace does not record), applying patches, running checks and the validator. Their recorded results are taken
 as given; replay checks what today's code DECIDES from them. A run_end cut off by a medic crash (the next
 event is a resume) has no observed successor and is not compared. Scan-node events only rebuild state (the
-scan patches in a loop of its own, no router). Canary sessions are rebuilt without ``canary_done`` (no event
-records it), so their after_validate / after_verify comparisons are not yet trustworthy.
+scan patches in a loop of its own, no router). A canary's verified output is recorded as ``canary_passed``
+(traces written before that event existed replay their canary sessions with a divergence at that point).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class _Replay:
             return self.scan(ev)
         if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
             s.clear()
-            s.update(preflight={k: d.get(k) for k in ("versions", "site_packages", "roots", "warnings")},
+            s.update(preflight={k: d.get(k) for k in ("versions", "site_packages", "roots", "warnings", "canary")},
                      started=ev.ts, launches=[], faults=[], patches=[], verifications=[], tried=[],
                      pending_checks=[], session_id=self.config.session_id)
         elif ev.kind == "launch":
@@ -138,7 +138,9 @@ class _Replay:
         elif ev.kind == "validate":
             nxt = rest[0] if rest else None
             wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
-            if d.get("verified"):
+            if d.get("verified") and nxt is not None and nxt.kind == "canary_passed":
+                s.update(canary_done=True, fault=None)  # the canary is right: the target model is next
+            elif d.get("verified"):
                 s.update(outcome="verified", outcome_detail=str(d.get("summary", "")))
             elif not wrong:
                 s.update(outcome="unverified", outcome_detail=str(d.get("summary", "")))

@@ -48,7 +48,7 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
     except PatchError as err:  # stale, outside the roots, does not compile: nothing was written
         deps.record("patch_refused", "apply", {"patch_id": cand.patch.id, "why": str(err)})
         return {"tried": [*(state.get("tried") or []), cand.patch.id], "proposal": None}
-    deps.record("applied", "apply", {"patch_id": cand.patch.id, "origin": cand.origin,
+    deps.record("applied", "apply", {"patch_id": cand.patch.id, "origin": cand.origin, "rationale": cand.rationale,
                                      "files": [f.path for f in cand.patch.files],
                                      "already_applied": result.already_applied, "diff": cand.patch.diff})
     entry = {**proposal, "fault_index": len(state.get("faults") or []) - 1}

@@ -49,7 +49,7 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
             revert_patch(deps.host, cand.patch.id, ledger_dir=deps.config.ledger_dir)
             deps.record("reverted", "scan", {"patch_id": cand.patch.id, "why": "its checks failed"})
             continue
-        deps.record("applied", "scan", {"patch_id": cand.patch.id, "origin": cand.origin,
+        deps.record("applied", "scan", {"patch_id": cand.patch.id, "origin": cand.origin, "rationale": cand.rationale,
                                         "files": [f.path for f in cand.patch.files], "diff": cand.patch.diff})
         faults.append({**fault_to_dict(fault), "launch": None, "repeated": False})
         patches.append({**candidate_to_dict(cand), "fault_index": len(faults) - 1})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import re
 from collections.abc import Iterable
@@ -49,14 +50,26 @@ def resolve_callee(ctx: RepairContext, src: Source, name: str) -> str | None:
     module = src.imported_from(name)
     if module and module.split(".")[0] in ctx.library_packages:
         return f"{module}:{name}"
+    found = library_definitions(ctx, name)
+    return f"{found[0].module}:{found[0].name}" if found else None
+
+
+def library_call_sites(ctx: RepairContext, name: str) -> list[src_tools.CallSite]:
+    """How the library packages themselves call ``name`` (a package the probe cannot read is skipped)."""
+    sites: list[src_tools.CallSite] = []
     for package in ctx.library_packages:
-        try:
-            found = src_tools.locate_definitions(ctx.host, ctx.python, package, name)
-        except MedicError:
-            continue
-        if found:
-            return f"{found[0].module}:{found[0].name}"
-    return None
+        with contextlib.suppress(MedicError):
+            sites += src_tools.call_sites(ctx.host, ctx.python, package, name)
+    return sites
+
+
+def library_definitions(ctx: RepairContext, name: str) -> list[src_tools.SymbolLocation]:
+    """Where the library packages define ``name`` at top level."""
+    places: list[src_tools.SymbolLocation] = []
+    for package in ctx.library_packages:
+        with contextlib.suppress(MedicError):
+            places += src_tools.locate_definitions(ctx.host, ctx.python, package, name)
+    return places
 
 
 def close_name(name: str, options: Iterable[str], cutoff: float = 0.8) -> str | None:

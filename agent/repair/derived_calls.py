@@ -17,6 +17,7 @@ from agent.repair.context import (
     evidence_line,
     fixable_frames,
     library_call_node,
+    library_call_sites,
     read_source,
     resolve_callee,
 )
@@ -125,37 +126,32 @@ def value_from_call_sites(
     ours = {k.arg: src.segment(k.value) for k in call.keywords if k.arg}
     func = src.enclosing_function(call.lineno)
     in_scope = src.module_names() | (local_names(func) if func else set()) | set(dir(__builtins__))
-    for package in ctx.library_packages:
-        try:
-            sites = src_tools.call_sites(ctx.host, ctx.python, package, name)
-        except MedicError:
+    for site in library_call_sites(ctx, name):
+        passed = dict(site.keywords)
+        if param not in passed:
             continue
-        for site in sites:
-            passed = dict(site.keywords)
-            if param not in passed:
-                continue
-            found = library_call_node(ctx, site.path, site.lineno, name)
-            if found is None:
-                continue
-            lib, lib_call = found
-            lib_kw = next(k for k in lib_call.keywords if k.arg == param)
-            expr: ast.expr = lib_kw.value
-            lib_func = lib.enclosing_function(lib_call.lineno)
-            if isinstance(expr, ast.Name) and lib_func is not None:  # a local: take what it was computed from
-                assigned = assignment_before(lib_func, expr.id, lib_call.lineno)
-                if assigned is not None:
-                    evidence.append(evidence_line(site.path, assigned.lineno, ast.unparse(assigned)))
-                    expr = assigned.value
-            # library name -> our expression, through the arguments both calls pass by the same keyword
-            mapping = {
-                k.value.id: ours[k.arg] for k in lib_call.keywords
-                if k.arg in ours and isinstance(k.value, ast.Name)
-            }
-            rewritten = MapNames(mapping).visit(ast.parse(ast.unparse(expr), mode="eval"))
-            free = {n.id for n in ast.walk(rewritten) if isinstance(n, ast.Name)} - set(mapping.values())
-            if all(n in in_scope or n in {"self"} for n in free):
-                evidence.append(evidence_line(site.path, site.lineno, f"{param}={ast.unparse(lib_kw.value)}"))
-                return ast.unparse(rewritten.body)
+        found = library_call_node(ctx, site.path, site.lineno, name)
+        if found is None:
+            continue
+        lib, lib_call = found
+        lib_kw = next(k for k in lib_call.keywords if k.arg == param)
+        expr: ast.expr = lib_kw.value
+        lib_func = lib.enclosing_function(lib_call.lineno)
+        if isinstance(expr, ast.Name) and lib_func is not None:  # a local: take what it was computed from
+            assigned = assignment_before(lib_func, expr.id, lib_call.lineno)
+            if assigned is not None:
+                evidence.append(evidence_line(site.path, assigned.lineno, ast.unparse(assigned)))
+                expr = assigned.value
+        # library name -> our expression, through the arguments both calls pass by the same keyword
+        mapping = {
+            k.value.id: ours[k.arg] for k in lib_call.keywords
+            if k.arg in ours and isinstance(k.value, ast.Name)
+        }
+        rewritten = MapNames(mapping).visit(ast.parse(ast.unparse(expr), mode="eval"))
+        free = {n.id for n in ast.walk(rewritten) if isinstance(n, ast.Name)} - set(mapping.values())
+        if all(n in in_scope or n in {"self"} for n in free):
+            evidence.append(evidence_line(site.path, site.lineno, f"{param}={ast.unparse(lib_kw.value)}"))
+            return ast.unparse(rewritten.body)
     return None
 
 

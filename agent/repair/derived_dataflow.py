@@ -12,11 +12,16 @@ from __future__ import annotations
 import ast
 import re
 
-from agent.repair.context import candidate, evidence_line, fixable_frames, library_call_node, read_source
+from agent.repair.context import (
+    candidate,
+    evidence_line,
+    fixable_frames,
+    library_call_node,
+    library_call_sites,
+    read_source,
+)
 from agent.repair.edits import Source, assignment_before, callee_name, replace_span
 from agent.repair.types import Candidate, Fault, RepairContext
-from tools import source as src_tools
-from tools.errors import MedicError
 
 SHAPE_SYMPTOMS = (
     "Boolean value of Tensor with more than one value is ambiguous",
@@ -93,24 +98,19 @@ def library_indexes_result(ctx: RepairContext, src: Source, call: ast.Call) -> l
         return None
     whole, indexed = 0, 0
     evidence: list[str] = []
-    for package in ctx.library_packages:
-        try:
-            sites = src_tools.call_sites(ctx.host, ctx.python, package, method)
-        except MedicError:
+    for site in library_call_sites(ctx, method):
+        if not ours & {k for k, _ in site.keywords}:
             continue
-        for site in sites:
-            if not ours & {k for k, _ in site.keywords}:
-                continue
-            found = library_call_node(ctx, site.path, site.lineno, method)
-            if found is None:
-                continue
-            lib, lib_call = found
-            if result_is_indexed(lib, lib_call):
-                indexed += 1
-            else:
-                whole += 1
-                if len(evidence) < 3:
-                    evidence.append(evidence_line(site.path, site.lineno, site.source_line))
+        found = library_call_node(ctx, site.path, site.lineno, method)
+        if found is None:
+            continue
+        lib, lib_call = found
+        if result_is_indexed(lib, lib_call):
+            indexed += 1
+        else:
+            whole += 1
+            if len(evidence) < 3:
+                evidence.append(evidence_line(site.path, site.lineno, site.source_line))
     if whole and not indexed:
         return evidence
     return None
@@ -174,43 +174,38 @@ def mandatory_protocol_step(ctx: RepairContext, fault: Fault) -> list[Candidate]
 
 def library_follow_up(ctx: RepairContext, prev: str, nxt: str) -> tuple[str, list[str], list[str]] | None:
     """How library code calls ``nxt`` after ``prev``: (receiver, argument expressions, evidence)."""
-    for package in ctx.library_packages:
-        try:
-            sites = src_tools.call_sites(ctx.host, ctx.python, package, nxt)
-        except MedicError:
+    for site in library_call_sites(ctx, nxt):
+        found = library_call_node(ctx, site.path, site.lineno, nxt)
+        if found is None:
             continue
-        for site in sites:
-            found = library_call_node(ctx, site.path, site.lineno, nxt)
-            if found is None:
-                continue
-            lib, nxt_call = found
-            func = lib.enclosing_function(nxt_call.lineno)
-            if func is None or not isinstance(nxt_call.func, ast.Attribute):
-                continue
-            prev_calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and callee_name(n) == prev
-                          and n.lineno < nxt_call.lineno and isinstance(n.func, ast.Attribute)]
-            if not prev_calls:
-                continue
-            prev_call = prev_calls[-1]
-            receiver = ast.unparse(nxt_call.func.value)
-            if ast.unparse(prev_call.func.value) != receiver:  # type: ignore[attr-defined]
-                continue
-            prev_arg = ast.unparse(prev_call.args[0]) if prev_call.args else None
-            exprs: list[str] = []
-            evidence = [evidence_line(site.path, prev_call.lineno, lib.line(prev_call.lineno)),
-                        evidence_line(site.path, nxt_call.lineno, lib.line(nxt_call.lineno))]
-            for arg in nxt_call.args:
-                expr = arg
-                if isinstance(arg, ast.Name):
-                    assigned = assignment_before(func, arg.id, nxt_call.lineno)
-                    if assigned is not None:
-                        evidence.append(evidence_line(site.path, assigned.lineno, lib.line(assigned.lineno)))
-                        expr = assigned.value
-                text = ast.unparse(expr)
-                if prev_arg:
-                    text = re.sub(rf"\b{re.escape(prev_arg)}\b", "<prev-arg-0>", text)
-                exprs.append(text)
-            return receiver, exprs, evidence
+        lib, nxt_call = found
+        func = lib.enclosing_function(nxt_call.lineno)
+        if func is None or not isinstance(nxt_call.func, ast.Attribute):
+            continue
+        prev_calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and callee_name(n) == prev
+                      and n.lineno < nxt_call.lineno and isinstance(n.func, ast.Attribute)]
+        if not prev_calls:
+            continue
+        prev_call = prev_calls[-1]
+        receiver = ast.unparse(nxt_call.func.value)
+        if ast.unparse(prev_call.func.value) != receiver:  # type: ignore[attr-defined]
+            continue
+        prev_arg = ast.unparse(prev_call.args[0]) if prev_call.args else None
+        exprs: list[str] = []
+        evidence = [evidence_line(site.path, prev_call.lineno, lib.line(prev_call.lineno)),
+                    evidence_line(site.path, nxt_call.lineno, lib.line(nxt_call.lineno))]
+        for arg in nxt_call.args:
+            expr = arg
+            if isinstance(arg, ast.Name):
+                assigned = assignment_before(func, arg.id, nxt_call.lineno)
+                if assigned is not None:
+                    evidence.append(evidence_line(site.path, assigned.lineno, lib.line(assigned.lineno)))
+                    expr = assigned.value
+            text = ast.unparse(expr)
+            if prev_arg:
+                text = re.sub(rf"\b{re.escape(prev_arg)}\b", "<prev-arg-0>", text)
+            exprs.append(text)
+        return receiver, exprs, evidence
     return None
 
 

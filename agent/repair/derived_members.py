@@ -10,7 +10,14 @@ from __future__ import annotations
 import ast
 import re
 
-from agent.repair.context import candidate, evidence_line, fixable_frames, read_source, rename_score
+from agent.repair.context import (
+    candidate,
+    evidence_line,
+    fixable_frames,
+    library_definitions,
+    read_source,
+    rename_score,
+)
 from agent.repair.edits import rename_attribute, replace_span
 from agent.repair.types import Candidate, Check, Fault, RepairContext
 from tools import source as src_tools
@@ -46,25 +53,20 @@ def renamed_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         passed = [len(n.args) for n in ast.walk(src.tree) if isinstance(n, ast.Call)
                   and isinstance(n.func, ast.Attribute) and n.func.attr == old and n.lineno == frame.line]
         best: tuple[float, src_tools.Member] | None = None
-        for package in ctx.library_packages:
+        for place in library_definitions(ctx, cls)[:5]:
             try:
-                places = src_tools.locate_definitions(ctx.host, ctx.python, package, cls)
+                members = src_tools.class_members(ctx.host, ctx.python, f"{place.module}:{place.name}")
             except MedicError:
                 continue
-            for place in places[:5]:
-                try:
-                    members = src_tools.class_members(ctx.host, ctx.python, f"{place.module}:{place.name}")
-                except MedicError:
+            if any(m.name == old for m in members):
+                continue  # this class still has it: not the one that raised
+            for member in members:
+                arity = positional_arity(member.signature)
+                if passed and arity and not (arity[0] <= passed[0] and (arity[1] < 0 or passed[0] <= arity[1])):
                     continue
-                if any(m.name == old for m in members):
-                    continue  # this class still has it: not the one that raised
-                for member in members:
-                    arity = positional_arity(member.signature)
-                    if passed and arity and not (arity[0] <= passed[0] and (arity[1] < 0 or passed[0] <= arity[1])):
-                        continue
-                    score = rename_score(old, member.name)
-                    if score >= MIN_RENAME_SCORE and (best is None or score > best[0]):
-                        best = (score, member)
+                score = rename_score(old, member.name)
+                if score >= MIN_RENAME_SCORE and (best is None or score > best[0]):
+                    best = (score, member)
         if best is None:
             continue
         member = best[1]

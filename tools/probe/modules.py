@@ -37,10 +37,15 @@ class Found:
         return self.path, getattr(self.node, "lineno", 0)
 
 
+def read_source(path: str) -> str:
+    """At most MAX_FILE_BYTES of ``path``, undecodable bytes replaced; OSError if it cannot be read."""
+    with open(path, "rb") as fh:
+        return fh.read(MAX_FILE_BYTES).decode("utf-8", "replace")
+
+
 def parse(path: str) -> tuple[str, ast.Module]:
     if path not in _parsed:
-        with open(path, "rb") as fh:
-            text = fh.read(MAX_FILE_BYTES).decode("utf-8", "replace")
+        text = read_source(path)
         try:
             _parsed[path] = (text, ast.parse(text, path))
         except SyntaxError as exc:
@@ -127,9 +132,9 @@ def package_files(package: str) -> Any:
 
 
 def read(path: str) -> str:
+    """``read_source``, or "" for a file that cannot be read (a scan goes on past it)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(MAX_FILE_BYTES).decode("utf-8", "replace")
+        return read_source(path)
     except OSError:
         return ""
 
