@@ -88,7 +88,8 @@ def test_ssh_writes_killed_at_random_moments_leave_old_or_new(tmp_path: Path, ss
 
 
 @pytest.mark.parametrize("where", ["local", "ssh"])
-def test_a_killed_write_leaves_only_dot_medic_temp_files(tmp_path: Path, where: str, request: pytest.FixtureRequest) -> None:
+def test_a_killed_write_leaves_only_dot_medic_temp_files(tmp_path: Path, where: str,
+                                                          request: pytest.FixtureRequest) -> None:
     """What a kill can leave behind: a ``.medic-*`` temp file next to the target, never a changed target."""
     extra = ["local"]
     if where == "ssh":

@@ -49,8 +49,8 @@ def test_launch_then_follow_to_the_exit_code(host: Host, tmp_path: Path) -> None
                  cwd=str(tmp_path), env={"MODE": "fast"})
     assert Path(run.dir).parent == tmp_path / "runs" and Path(run.pid).read_text().strip().isdigit()
     log = follow_to_end(host, run)
-    # as_shell's env reaches the first simple command only, hence the empty $MODE.
-    assert log.decode().splitlines() == ["out", "err", str(tmp_path), ""]
+    # as_shell exports the env, so every command of a compound line sees it
+    assert log.decode().splitlines() == ["out", "err", str(tmp_path), "fast"]
     final = status(host, run)
     assert (final.state, final.exit_code) == ("exited", 7)
     assert Path(run.exit).read_text() == "7\n" and not Path(f"{run.dir}/exit.tmp").exists()

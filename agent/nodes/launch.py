@@ -19,7 +19,10 @@ from agent.repair.types import Check
 from agent.state import LaunchRecord, SessionState
 from tools import runs
 from tools.errors import HostError, RunError
+from tools.host import FileStat
 
+MAX_DIAGNOSE_BYTES = 64 * 1024 * 1024
+STATUS_EVERY = 5.0  # seconds between status commands; the exit file is looked for (cheaply) every poll
 DISK_FREE_MB = 1024  # outputs of a real extraction run are GBs; a warning below one GB
 FREE_MEMORY_MB = 2048
 LOADED_PHASES = ("loading", "kv_cache", "warmup", "extracting", "done")
@@ -90,6 +93,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     eta = runs.LoadEta([launch_.get("load_seconds") or 0.0 for launch_ in state.get("launches") or []
                         if launch_.get("load_seconds")])
     outcome = None
+    last_status = 0.0
     while True:
         chunk = runs.follow(deps.host, run, offset)
         offset = chunk.offset
@@ -105,7 +109,11 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                 remaining = eta.remaining(deps.clock() - started, event.progress) if event.phase == "loading" else None
                 deps.record("phase", "watch", {"phase": event.phase, "percent": pct, "eta": remaining,
                                                "launch": record["n"]})
-        status = runs.status(deps.host, run)
+        if chunk.data or (deps.clock() - last_status < STATUS_EVERY and not deps.host.exists(run.exit)):
+            # output is flowing, or it is too soon to ask: over SSH a status costs a whole command
+            status = runs.RunStatus("running")
+        else:
+            status, last_status = runs.status(deps.host, run), deps.clock()
         if pending and status.state == "running":
             check = pending.pop(0)  # one check per poll, so the log keeps flowing between them
             ok, detail = run_check(ctx, check, deps.config.target.env)
@@ -164,14 +172,19 @@ def load_seconds(phases: dict[str, float]) -> float | None:
 
 
 def read_log(deps: Deps, record: LaunchRecord) -> bytes:
+    """The run's log for diagnosis: all of it up to MAX_DIAGNOSE_BYTES, else its last MAX_DIAGNOSE_BYTES
+    (tracebacks are at the end; a multi-GB log of progress bars must not be read whole)."""
     run = runs.Run.in_dir(record["run_dir"])
-    data, offset = b"", 0
+    size = (deps.host.stat(run.log) or FileStat(0, 0, 0, False, False)).size
+    offset = max(0, size - MAX_DIAGNOSE_BYTES)
+    parts: list[bytes] = []
     while True:
         try:
             chunk = runs.follow(deps.host, run, offset)
         except (RunError, HostError):
-            return data
+            break
         if not chunk.data:
-            return data
-        data += chunk.data
+            break
+        parts.append(chunk.data)
         offset = chunk.offset
+    return b"".join(parts)
