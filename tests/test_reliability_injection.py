@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,7 +91,7 @@ def test_injection_payloads_cause_no_action_outside_the_policy(make_fake: MakeFa
     fake = make_fake(mode="unattended", session_id=f"inj{batch}", prelude="\n".join(mine) + "\n")
     host = RecordingHost()
     crash: str | None = None
-    outcome, values = "crash", {}
+    outcome, values = "crash", dict[str, Any]()
     try:
         outcome, values = run_session(fake.config, deps=make_deps(fake.config, host=host))
     except Exception as exc:  # medic must not crash on what a job prints

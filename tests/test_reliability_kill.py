@@ -21,6 +21,7 @@ from tests.fixtures_fake import FIXED, Fake, MakeFake, medic_cli, record_figure,
 # (name, mode, kinds to see in order before the kill, seconds to wait after the last one)
 POINTS: list[tuple[str, str, tuple[str, ...], float]] = [
     ("preflight", "unattended", ("preflight",), 0.0),
+    ("launching-1", "unattended", ("preflight",), 0.15),  # inside runs.launch: folder made, ledger not yet
     ("launch-1", "unattended", ("launch",), 0.0),
     ("wait-1", "unattended", ("launch",), 1.0),
     ("run_end-1", "unattended", ("run_end",), 0.0),
@@ -36,6 +37,9 @@ POINTS: list[tuple[str, str, tuple[str, ...], float]] = [
     ("report", "unattended", ("validate",), 0.02),
     ("approval-wait", "approve", ("approval",), 0.0),
 ]
+# A kill that lands between a node's saved writes and the next checkpoint (most likely at diagnose and apply)
+# meets the agent/session.py bug that test_reliability_checkpoint.py pins down: `medic resume` then exits 1
+# silently. Those points fail now and then here, and every time there.
 SECONDS = 2.0  # each launch prints numbered lines this long before it reaches the drifted call
 
 
