@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 from agent.repair.types import Check, RepairContext
 from tools import source as src_tools
-from tools.errors import MedicError
+from tools.errors import HostUnreachable, MedicError
 from tools.host import read_text
 
 CheckResult = tuple[bool, str]
@@ -100,5 +100,7 @@ RUNNERS: dict[str, Callable[[RepairContext, Check, Mapping[str, str]], CheckResu
 def run_check(ctx: RepairContext, check: Check, env: Mapping[str, str] | None = None) -> CheckResult:
     try:
         return RUNNERS[check.kind](ctx, check, env or {})
+    except HostUnreachable:
+        raise  # the link, not the patch: the caller waits for the host and asks again
     except MedicError as err:
         return False, str(err)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
 from agent.config import Budgets, SessionConfig, Target
@@ -41,6 +42,13 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
+def one_line(err: ValidationError) -> UsageError:
+    """pydantic's report as one line: which field, and what is wrong with it."""
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "config"
+    return UsageError(f"{where}: {first['msg'].removeprefix('Value error, ')}")
+
+
 def run(
     command: Annotated[list[str] | None, typer.Argument(help="the job, after --; default: the embedded lab")] = None,
     session: Annotated[str | None, typer.Option(help="session id (default: a timestamp)")] = None,
@@ -69,20 +77,23 @@ def run(
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
     if mode not in ("unattended", "approve"):
         raise UsageError(f"--mode is unattended or approve, not {mode!r}")
-    if command or python or workdir:
-        if not (command and python and workdir):
-            raise UsageError("a target of your own needs --python, --workdir and -- COMMAND together")
-        target = Target(host=host, python=python, workdir=workdir, command=command, env=parse_env(env or []),
-                        validate_command=shlex.split(validate) if validate else None,
-                        trust_new_host=trust_new_host, model_dir=canary_model)
-    else:
-        target = lab_target(lab, lab_size)
-        target = target.model_copy(update={"env": {**target.env, **parse_env(env or [])}})
-    config = SessionConfig(
-        session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
-        budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary, scan=scan,
-        llm={k: v for k, v in {"base_url": llm_base_url, "model": llm_model}.items() if v} if (
-            llm_base_url or llm_model) else None)
+    try:  # the config's own validation speaks pydantic: make it one line
+        if command or python or workdir:
+            if not (command and python and workdir):
+                raise UsageError("a target of your own needs --python, --workdir and -- COMMAND together")
+            target = Target(host=host, python=python, workdir=workdir, command=command, env=parse_env(env or []),
+                            validate_command=shlex.split(validate) if validate else None,
+                            trust_new_host=trust_new_host, model_dir=canary_model)
+        else:
+            target = lab_target(lab, lab_size)
+            target = target.model_copy(update={"env": {**target.env, **parse_env(env or [])}})
+        config = SessionConfig(
+            session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
+            budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary, scan=scan,
+            llm={k: v for k, v in {"base_url": llm_base_url, "model": llm_model}.items() if v} if (
+                llm_base_url or llm_model) else None)
+    except ValidationError as err:
+        raise one_line(err) from None
     if policy is not None:
         from agent.policy import load_policy
 

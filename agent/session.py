@@ -40,6 +40,9 @@ def save_config(config: SessionConfig) -> None:
     folder = session_dir(config.session_id)
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / "config.json.tmp"
+    # it holds the job's env and arguments as given (a resume needs them): readable by its owner only
+    tmp.touch(mode=0o600)
+    tmp.chmod(0o600)
     tmp.write_text(config.model_dump_json(indent=1))
     tmp.replace(folder / "config.json")
 
@@ -125,8 +128,10 @@ def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None 
             if not snapshot.next:
                 raise SessionError(f"session {config.session_id} is not waiting for anything")
             stream_input: Any = Command(resume=resume)
-        elif snapshot.next:
-            stream_input = None  # resume an interrupted or crashed run from its last checkpoint
+        elif snapshot.next or snapshot.tasks or (snapshot.values and not snapshot.values.get("outcome")):
+            # an interrupted or killed run: go on from the last checkpoint (a node whose writes were saved but
+            # whose next step was not leaves `next` empty and its task still listed)
+            stream_input = None
         elif snapshot.values:
             deps.trace.close()
             return str(snapshot.values.get("outcome") or "error"), dict(snapshot.values)

@@ -6,6 +6,7 @@ LLM results from these events; the postmortem renders them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -38,7 +39,8 @@ class TraceWriter:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fresh = not path.exists() or path.stat().st_size == 0
-            self._fh = open(path, "a", encoding="utf-8")
+            # unbuffered, append-only: a line is written whole or (after a failed write) cut back off
+            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
             raise UsageError(f"cannot write the trace in {path.parent}: {exc.strerror}") from exc
         if fresh:
@@ -48,15 +50,23 @@ class TraceWriter:
 
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps(self.redactor.data(_bounded(record)), default=str, ensure_ascii=False)
+        data = (line + "\n").encode()
+        if self._fd is None:
+            raise UsageError(f"the trace {self.path} is closed")
+        size = os.fstat(self._fd).st_size
         try:
-            self._fh.write(line + "\n")
-            self._fh.flush()
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(28, "No space left on device")
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)  # never leave half a line for replay to choke on
             raise UsageError(f"cannot write the trace {self.path}: {exc.strerror}") from exc
 
     def event(self, kind: str, node: str, data: dict[str, Any] | None = None) -> None:
         self._write({"ts": time.time(), "kind": kind, "node": node, "data": data or {}})
 
     def close(self) -> None:
-        if not self._fh.closed:
-            self._fh.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

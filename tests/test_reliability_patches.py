@@ -139,7 +139,8 @@ def test_fifty_broken_candidates_write_nothing(host: Host, tmp_path: Path) -> No
     changed = [f for f, data in snapshot(tmp_path).items() if before.get(f) != data]
     changed += [p for p, data in etc.items() if Path(p).read_bytes() != data]
     applied = [e.patch_id for e in ledger_entries(host, ledger) if e.state == "applied"]
-    record_figure(f"broken candidate patches ({host.name.split('@')[0]})", survived=refused, total=len(cases),
+    where = "ssh" if "@" in host.name else host.name
+    record_figure(f"broken candidate patches ({where})", survived=refused, total=len(cases),
                   policy_escapes=len(set(written)) + len(applied), partial_writes=len(changed))
     assert not written and not applied and not crashed, (written, applied, crashed)
     assert changed == [] and refused == len(cases)

@@ -20,8 +20,10 @@ PATTERNS = (
     re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._\-]{12,}"),
     re.compile(r"(?i)((?:api[_-]?key|token|secret|password|passwd)\s*[=:]\s*)([^\s'\",;]{6,})"),
+    re.compile(r"(?i)(--?[\w-]*(?:key|token(?!iz)|secret|passw(?:or)?d)[\w-]*\s+)([^\s'\",;-][^\s'\",;]{5,})"),
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"),
 )
+SECRET_FLAG = re.compile(r"(?i)^--?[\w-]*(key|token(?!iz)|secret|passw(or)?d|credential)[\w-]*$")
 MASK = "[REDACTED]"
 MIN_SECRET_LEN = 6  # shorter values are too common to replace safely
 
@@ -57,5 +59,11 @@ class Redactor:
                 for k, v in value.items()
             }
         if isinstance(value, list | tuple):
-            return [self.data(v) for v in value]
+            # argv: the word after a secret-named flag (`--api-key VALUE`) is the secret
+            out: list[Any] = []
+            for i, item in enumerate(value):
+                before = value[i - 1] if i else None
+                secret_flag = isinstance(before, str) and SECRET_FLAG.match(before) is not None
+                out.append(MASK if secret_flag and isinstance(item, str) and item else self.data(item))
+            return out
         return value

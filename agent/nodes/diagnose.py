@@ -7,6 +7,7 @@ caller frames and the line that fails is often not the line to fix.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from agent.codec import fault_to_dict
@@ -50,6 +51,9 @@ def fault_from_log(data: bytes, stage: str = "crash") -> Fault:
 def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
     record = state.get("run") or {}
     fault = fault_from_log(read_log(deps, record), stage="canary" if record.get("kind") == "canary" else "crash")
+    # the log is the job's output: it reaches the checkpoint, the report and any prompt only redacted
+    red = deps.trace.redactor
+    fault = replace(fault, message=red.text(fault.message), log_excerpt=red.text(fault.log_excerpt))
     faults = list(state.get("faults") or [])
     previous = faults[-1] if faults else None
     repeated = bool(previous and fault.fingerprint and previous.get("fingerprint") == fault.fingerprint)

@@ -18,10 +18,11 @@ from agent.deps import Deps
 from agent.repair.types import Check
 from agent.state import LaunchRecord, SessionState
 from tools import runs
-from tools.errors import HostError, RunError
+from tools.errors import HostError, HostUnreachable, RunError
 from tools.host import FileStat
 
 MAX_DIAGNOSE_BYTES = 64 * 1024 * 1024
+RECONNECT_PAUSE = 2.0
 STATUS_EVERY = 5.0  # seconds between status commands; the exit file is looked for (cheaply) every poll
 DISK_FREE_MB = 1024  # outputs of a real extraction run are GBs; a warning below one GB
 FREE_MEMORY_MB = 2048
@@ -41,6 +42,8 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     earlier = launched_before(deps, base, ledger)
     if earlier:  # launched before medic died: reattach, never launch twice
         record["run_dir"] = earlier
+        if not deps.host.exists(ledger):  # killed between the launch and its ledger line: write it now
+            deps.host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": earlier, "at": time.time()}).encode())
         deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": earlier, "reattached": True})
     else:
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
@@ -94,8 +97,22 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                         if launch_.get("load_seconds")])
     outcome = None
     last_status = 0.0
+    link_down_since: float | None = None
     while True:
-        chunk = runs.follow(deps.host, run, offset)
+        try:
+            chunk, status, last_status = poll(deps, run, offset, last_status)
+        except HostUnreachable as err:  # the job is detached: wait for the link, lose nothing (byte offsets)
+            now = deps.clock()
+            if link_down_since is None:
+                link_down_since = now
+                deps.record("warning", "watch", {"message": f"lost the host, the job goes on: {err}"})
+            if now > deadline:
+                raise
+            time.sleep(RECONNECT_PAUSE)
+            continue
+        if link_down_since is not None:
+            deps.record("warning", "watch", {"message": f"host back after {deps.clock() - link_down_since:.0f}s"})
+            link_down_since = None
         offset = chunk.offset
         text = tail + chunk.data.decode("utf-8", errors="replace")
         cut = max(text.rfind("\n"), text.rfind("\r"))
@@ -109,14 +126,14 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                 remaining = eta.remaining(deps.clock() - started, event.progress) if event.phase == "loading" else None
                 deps.record("phase", "watch", {"phase": event.phase, "percent": pct, "eta": remaining,
                                                "launch": record["n"]})
-        if chunk.data or (deps.clock() - last_status < STATUS_EVERY and not deps.host.exists(run.exit)):
-            # output is flowing, or it is too soon to ask: over SSH a status costs a whole command
-            status = runs.RunStatus("running")
-        else:
-            status, last_status = runs.status(deps.host, run), deps.clock()
         if pending and status.state == "running":
-            check = pending.pop(0)  # one check per poll, so the log keeps flowing between them
-            ok, detail = run_check(ctx, check, deps.config.target.env)
+            check = pending[0]  # one check per poll, so the log keeps flowing between them
+            try:
+                ok, detail = run_check(ctx, check, deps.config.target.env)
+            except HostUnreachable:
+                time.sleep(RECONNECT_PAUSE)
+                continue  # the link dropped: poll() waits for it, then the same check runs again
+            pending.pop(0)
             result = {"check": check.describe(), "ok": ok, "detail": detail, "when": "during_load",
                       "phase": next(reversed(seen_phases), "starting"), "launch": record["n"]}
             results.append(result)
@@ -153,6 +170,15 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     launches = [record if launch_.get("n") == record["n"] else launch_ for launch_ in state.get("launches") or []]
     return {"run": record, "launches": launches, "pending_checks": [],
             "verifications": [*(state.get("verifications") or []), *results]}
+
+
+def poll(deps: Deps, run: runs.Run, offset: int, last_status: float) -> tuple[runs.LogChunk, runs.RunStatus, float]:
+    """New log bytes and the run's state. Status costs a whole command over SSH: ask it only when the log is
+    quiet and either STATUS_EVERY has passed or the exit file has appeared."""
+    chunk = runs.follow(deps.host, run, offset)
+    if chunk.data or (deps.clock() - last_status < STATUS_EVERY and not deps.host.exists(run.exit)):
+        return chunk, runs.RunStatus("running"), last_status
+    return chunk, runs.status(deps.host, run), deps.clock()
 
 
 def environment_checks(state: SessionState, deps: Deps) -> list[Check]:
