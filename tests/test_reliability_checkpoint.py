@@ -2,7 +2,7 @@
 checkpoint db, but the checkpoint of the next step is not. The kill is a SIGKILL the test process sends itself
 from a wrapper around SqliteSaver.put_writes (in the test's own subprocess; medic's code is untouched).
 
-Was a bug, now fixed (agent/session.py, run_session, lines ~123-132): after such a kill, ``graph.get_state(...).next`` is
+Fixed (agent/session.py, run_session, lines ~123-132): after such a kill, ``graph.get_state(...).next`` is
 empty (LangGraph leaves tasks whose writes are saved out of ``next``) while ``values`` are not, so
 ``medic resume`` takes the session for finished: it returns outcome "error", prints nothing and exits 1,
 and the session can never be finished. ``graph.stream(None, ...)`` on that state completes it (verified),
@@ -55,6 +55,6 @@ def test_killed_between_a_nodes_writes_and_the_next_checkpoint(make_fake: MakeFa
     ok = killed and done.returncode == 0 and good(state)
     record_figure(f"sigkill after writes #{step} ({node})", survived=int(ok), total=1)
     assert killed, proc.stderr[-2000:]
-    # was a bug, now fixed: agent/session.py run_session: a saved-writes state is taken for a finished session (exit 1, no line)
+    # fixed: agent/session.py run_session: a saved-writes state is taken for a finished session (exit 1, no line)
     assert done.returncode == 0, f"after the writes of {node}: exit {done.returncode}, stderr {done.stderr!r}"
     assert good(state), state

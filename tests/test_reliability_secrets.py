@@ -72,7 +72,7 @@ def test_ten_planted_secrets_leak_nowhere(make_fake: MakeFake) -> None:
     done = medic_cli("resume", "sec", env=env)
     assert done.returncode in (0, 4), done.stderr  # the LLM endpoint is dead; the derived repair needs none
     blobs = places(fake.home, fake.trace_path, "sec")
-    # was a bug, now fixed (diagnose redacts the fault): the job's log lines reach the checkpoint db (state fault.log_excerpt,
+    # fixed (diagnose redacts): the job's log lines reach the checkpoint db (state fault.log_excerpt,
     # faults[].log_excerpt, from agent/nodes/diagnose.py) and fault_message unredacted; `--api-key VALUE` as two
     # argv words passes tools/redact.py into the trace (header config.target.command, launch.command) and
     # report.md (agent/report.py "target:" line).
