@@ -53,10 +53,14 @@ def read_session(session_id: str) -> tuple[dict[str, Any], dict[str, Any] | None
             data = getattr(item, "value", item)
             if isinstance(data, dict) and data.get("kind") == "approve_patch":
                 return values, dict(data.get("proposal") or {})
+            if isinstance(data, dict) and data.get("kind") == "confirm_launch":
+                return values, {"confirm_launch": data.get("launch"), "patches": data.get("patches", [])}
     return values, None
 
 
 def status_line(values: dict[str, Any], proposal: dict[str, Any] | None) -> str:
+    if proposal is not None and "confirm_launch" in proposal:
+        return f"waiting: confirm launch {proposal['confirm_launch']}"
     if proposal is not None:
         return f"waiting: patch {proposal.get('patch', {}).get('id')} ({proposal.get('origin')})"
     if not values:
@@ -105,6 +109,8 @@ def waiting_proposal(session_id: str, patch: str | None) -> tuple[SessionConfig,
     if proposal is None:
         raise SessionError(f"session {session_id} is not waiting for an approval ({status_line(values, None)})")
     pid = str(proposal.get("patch", {}).get("id"))
+    if patch is not None and "confirm_launch" in proposal:
+        raise SessionError(f"session {session_id} waits to confirm launch {proposal['confirm_launch']}, not a patch")
     if patch is not None and not (len(patch) >= 4 and pid.startswith(patch)):
         raise SessionError(f"session {session_id} waits for patch {pid}, not {patch!r}: `medic sessions` shows it")
     return config, proposal
@@ -166,6 +172,20 @@ def approve(
     if yes + (reject is not None) + edit > 1:
         raise UsageError("--yes, --reject and --edit are one answer each: pass one")
     config, proposal = waiting_proposal(session, patch)
+    if "confirm_launch" in proposal:  # --confirm-launch: the next launch waits, not a patch
+        if edit:
+            raise UsageError(f"session {session} waits to confirm launch {proposal['confirm_launch']}: "
+                             "--yes or --reject, there is no diff to edit")
+        console.print(f"launch {proposal['confirm_launch']} waits (patches so far: "
+                      f"{', '.join(proposal['patches']) or 'none'})")
+        go = {"action": "approve"} if yes else ({"action": "reject", "reason": reject} if reject is not None
+                                                 else ask())
+        if go["action"] == "edit":
+            raise UsageError("a launch has no diff to edit: answer a or r")
+        go["by"] = _who()
+        outcome, _ = run_session(config, resume=go)
+        finish(config, outcome, postmortem=False)
+        return
     show_proposal(proposal)
     answer = {"action": "approve"} if yes else {"action": "edit"} if edit else (
         {"action": "reject", "reason": reject} if reject is not None else ask())

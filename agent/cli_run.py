@@ -72,6 +72,8 @@ def run(
     lab_size: Annotated[str, typer.Option(help="lab model: tiny, or large (then tiny is the canary)")] = "tiny",
     canary: Annotated[bool, typer.Option(help="run the canary before the target model")] = True,
     scan: Annotated[bool, typer.Option(help="static drift scan before the first launch")] = True,
+    confirm_launch: Annotated[bool, typer.Option(help="approve mode: also wait for a person before each relaunch")
+                              ] = False,
     policy: Annotated[Path | None, typer.Option(help="rules that auto-approve or deny patches (YAML/TOML)")] = None,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
@@ -90,6 +92,7 @@ def run(
         config = SessionConfig(
             session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
             budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary, scan=scan,
+            confirm_launch=confirm_launch,
             llm={k: v for k, v in {"base_url": llm_base_url, "model": llm_model}.items() if v} if (
                 llm_base_url or llm_model) else None)
     except ValidationError as err:

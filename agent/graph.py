@@ -63,14 +63,18 @@ def after_apply(state: SessionState) -> Literal["verify", "repair"]:
     return "verify" if state.get("proposal") else "repair"  # refused: nothing written, try the next one
 
 
-def after_verify(state: SessionState, deps: Deps) -> Literal["launch", "revert", "report"]:
+def after_verify(state: SessionState, deps: Deps) -> Literal["launch", "confirm", "revert", "report"]:
     if not verify_passed(state):
         return "revert"
     if target_launches(state) >= deps.config.budgets.max_launches and not on_canary(state, deps):
         return "report"
     if deps.clock() - (state.get("started") or deps.clock()) > deps.config.budgets.max_wall:
         return "report"
-    return "launch"
+    return "confirm" if deps.config.confirm_launch else "launch"
+
+
+def after_confirm(state: SessionState) -> Literal["launch", "report"]:
+    return "report" if state.get("outcome") else "launch"
 
 
 # -- nodes that need no module of their own ---------------------------------------------------------------
@@ -90,6 +94,20 @@ def approve(state: SessionState, deps: Deps) -> dict[str, Any]:
     return answer_proposal(state, deps, answer)
 
 
+def confirm(state: SessionState, deps: Deps) -> dict[str, Any]:
+    """--confirm-launch: a person says go before each relaunch (a launch can cost a 20-minute load)."""
+    n = len(state.get("launches") or []) + 1
+    patches = [p["patch"]["id"] for p in state.get("patches") or []]
+    deps.record("approval", "confirm", {"launch": n, "session": deps.config.session_id, "patch_id": f"launch {n}"})
+    answer = interrupt({"kind": "confirm_launch", "launch": n, "patches": patches})
+    action = answer.get("action") if isinstance(answer, dict) else None
+    deps.record("approval_answer", "confirm", {"launch": n, "action": action, "by": (answer or {}).get("by", "")})
+    if action == "approve":
+        return {}
+    reason = (answer or {}).get("reason") or "no reason given"
+    return {"outcome": "rejected", "outcome_detail": f"launch {n} was not confirmed: {reason}"}
+
+
 def budget_stop(state: SessionState, deps: Deps) -> dict[str, Any]:
     if state.get("outcome"):
         return {}
@@ -104,7 +122,7 @@ def build_graph(deps: Deps, checkpointer: Any = None) -> Any:
     for name, node in {
         "preflight": preflight, "scan": scan, "launch": launch, "watch": watch, "diagnose": diagnose, "repair": repair,
         "approve": approve, "apply": apply, "verify": verify, "revert": revert, "validate": validate,
-        "budget_stop": budget_stop, "report": report,
+        "confirm": confirm, "budget_stop": budget_stop, "report": report,
     }.items():
         graph.add_node(name, partial(node, deps=deps))
     graph.add_edge(START, "preflight")
@@ -119,7 +137,8 @@ def build_graph(deps: Deps, checkpointer: Any = None) -> Any:
     graph.add_conditional_edges("approve", after_approve)
     graph.add_conditional_edges("apply", after_apply)
     graph.add_conditional_edges("verify", partial(after_verify, deps=deps), {
-        "launch": "launch", "revert": "revert", "report": "budget_stop"})
+        "launch": "launch", "confirm": "confirm", "revert": "revert", "report": "budget_stop"})
+    graph.add_conditional_edges("confirm", after_confirm)
     graph.add_edge("budget_stop", "report")
     graph.add_edge("report", END)
     return graph.compile(checkpointer=checkpointer)

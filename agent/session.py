@@ -28,7 +28,7 @@ from tools.errors import SessionError, UsageError
 from tools.host import Host, LocalHost
 from tools.redact import Redactor
 
-EXIT_CODES = {"verified": 0, "budget": 3, "no_repair": 4, "waiting": 5, "unverified": 6, "error": 1}
+EXIT_CODES = {"verified": 0, "budget": 3, "no_repair": 4, "waiting": 5, "unverified": 6, "rejected": 7, "error": 1}
 RECURSION_LIMIT = 400
 
 
