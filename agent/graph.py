@@ -98,10 +98,10 @@ def confirm(state: SessionState, deps: Deps) -> dict[str, Any]:
     """--confirm-launch: a person says go before each relaunch (a launch can cost a 20-minute load)."""
     n = len(state.get("launches") or []) + 1
     patches = [p["patch"]["id"] for p in state.get("patches") or []]
-    deps.record("approval", "confirm", {"launch": n, "session": deps.config.session_id, "patch_id": f"launch {n}"})
+    deps.record("confirm", "confirm", {"launch": n, "session": deps.config.session_id})
     answer = interrupt({"kind": "confirm_launch", "launch": n, "patches": patches})
     action = answer.get("action") if isinstance(answer, dict) else None
-    deps.record("approval_answer", "confirm", {"launch": n, "action": action, "by": (answer or {}).get("by", "")})
+    deps.record("confirm_answer", "confirm", {"launch": n, "action": action, "by": (answer or {}).get("by", "")})
     if action == "approve":
         return {}
     reason = (answer or {}).get("reason") or "no reason given"

@@ -31,9 +31,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from agent import graph
+from agent.checks import ADVISORY
 from agent.codec import check_from_dict
 from agent.config import SessionConfig
-from agent.nodes.launch import load_seconds
+from agent.nodes.launch import environment_checks, load_seconds
 from agent.report import render_report
 from agent.tracefile import Event, Trace, read_trace
 from tools.errors import TraceError
@@ -41,10 +42,10 @@ from tools.errors import TraceError
 # which node an event shows ran; the first of these after a decision is what the session did
 NODE_OF = {"launch": "launch", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",
            "approval": "approve", "policy": "approve", "applied": "apply", "patch_refused": "apply",
-           "reverted": "revert",
+           "reverted": "revert", "confirm": "confirm",
            "validate": "validate", "exit": "report"}
 # a node that may record nothing: the trace then shows what came after it
-SILENT = {"verify": ("launch", "revert", "report")}
+SILENT = {"verify": ("launch", "confirm", "revert", "report")}
 
 
 @dataclass
@@ -64,6 +65,7 @@ class _Replay:
                              f"{str(exc).splitlines()[0]}") from exc
         self.state: dict[str, Any] = {}
         self.compared = 0
+        self.env_expected: list[str] = []
         self.divergence: str | None = None
         self.now = 0.0
         self.faults_kept = 0  # fault events the state keeps: all but scan findings left unpatched
@@ -98,6 +100,7 @@ class _Replay:
                       "started": ev.ts, "exit_code": None, "phases": {}, "checks_during_load": []}
             s["launches"] = [*s.get("launches", []), record]
             s["run"] = record
+            self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]  # type: ignore[arg-type]
         elif ev.kind == "check":
             self.check(ev)
         elif ev.kind == "run_end":
@@ -146,6 +149,10 @@ class _Replay:
                 s.update(outcome="unverified", outcome_detail=str(d.get("summary", "")))
             if not wrong:
                 self.expect(ev, "after_validate", graph.after_validate(s), rest)  # type: ignore[arg-type]
+        elif ev.kind == "confirm_answer":
+            if d.get("action") != "approve":
+                s.update(outcome="rejected", outcome_detail=f"launch {d.get('launch')} was not confirmed")
+            self.expect(ev, "after_confirm", graph.after_confirm(s), rest)  # type: ignore[arg-type]
         elif ev.kind == "exit":
             self.exit(ev)
         return None
@@ -223,6 +230,13 @@ class _Replay:
         s, d = self.state, ev.data
         s["verifications"] = [*s.get("verifications", []), dict(d)]
         if ev.node != "watch":
+            return
+        if str(d.get("check", "")).split(" ", 1)[0] in ADVISORY:  # the host's own checks (traces since they exist)
+            expected_env = self.env_expected.pop(0) if self.env_expected else None
+            self.compared += 1
+            if expected_env != d.get("check"):
+                self.differ(ev, f"watch would check {expected_env or 'nothing more'} on the host; the trace shows "
+                                f"{d.get('check')!r}")
             return
         pending = list(s.get("pending_checks") or [])  # watch runs what verify left, in order
         expected = check_from_dict(pending.pop(0)).describe() if pending else None

@@ -52,6 +52,7 @@ class View:
             "check": f"  check {s('check')}: {'[green]ok[/]' if data.get('ok') else '[red]FAILED[/]'} {s('detail')}",
             "validate": f"[bold]validate[/] {s('summary')}",
             "approval": f"[magenta]waiting for approval[/] of {s('patch_id')}: medic approve {s('session')}",
+            "confirm": f"[magenta]launch {s('launch')} waits for a go[/]: medic approve {s('session')} --yes",
             "exit": f"[bold]{s('outcome')}[/]: {s('detail')}",
             "warning": f"[yellow]warning[/] {s('message')}",
         }.get(kind)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agent.replay import replay
 from agent.session import run_session
 from tests.fixtures_fake import FIXED, MakeFake, medic_cli
 
@@ -19,6 +20,7 @@ def test_each_relaunch_waits_for_a_confirmation_given_from_a_fresh_process(make_
     assert go.returncode == 0, go.stderr
     assert fake.kinds().count("launch") == 2
     assert [e["data"]["outcome"] for e in fake.trace if e["kind"] == "exit"] == ["verified"]
+    assert replay(fake.trace_path).first_divergence is None  # the confirm step replays like any other
 
 
 def test_a_refused_relaunch_ends_the_session_with_its_reason(make_fake: MakeFake) -> None:
@@ -30,5 +32,6 @@ def test_a_refused_relaunch_ends_the_session_with_its_reason(make_fake: MakeFake
     assert fake.kinds().count("launch") == 1
     exit_event = next(e["data"] for e in fake.trace if e["kind"] == "exit")
     assert exit_event["outcome"] == "rejected" and "busy tonight" in exit_event["detail"]
+    assert replay(fake.trace_path).first_divergence is None
     edit = medic_cli("approve", "cl-2", "--edit")
     assert edit.returncode == 2  # the session is over: nothing waits, said in one line
