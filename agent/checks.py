@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from agent.repair.types import Check, RepairContext
+from agent.repair.types import Candidate, Check, RepairContext
 from tools import source as src_tools
 from tools.errors import HostUnreachable, MedicError
 from tools.host import read_text
@@ -95,6 +95,22 @@ RUNNERS: dict[str, Callable[[RepairContext, Check, Mapping[str, str]], CheckResu
     "member_exists": check_member_exists,
     "grep": check_grep,
 }
+
+
+def run_before_checks(ctx: RepairContext, cand: Candidate, env: Mapping[str, str],
+                      record: Callable[[dict[str, object]], None]) -> list[dict[str, object]]:
+    """The candidate's checks that need no launch, in order, up to the first that fails; each one recorded."""
+    results: list[dict[str, object]] = []
+    for check in cand.checks:
+        if check.when != "before":
+            continue
+        ok, detail = run_check(ctx, check, env)
+        results.append({"patch_id": cand.patch.id, "check": check.describe(), "ok": ok, "detail": detail,
+                        "when": "before"})
+        record(results[-1])
+        if not ok:
+            break
+    return results
 
 
 def run_check(ctx: RepairContext, check: Check, env: Mapping[str, str] | None = None) -> CheckResult:

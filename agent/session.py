@@ -98,8 +98,8 @@ def connect_host(config: SessionConfig) -> Host:
 
 def make_deps(config: SessionConfig, host: Host | None = None, view: View | None = None,
               engine: RepairEngine | None = None) -> Deps:
-    redactor = Redactor.from_environment()
-    redactor.add(*[v for k, v in config.target.env.items() if _secretish(k)])
+    # secret-named variables of medic's environment and of the job's own
+    redactor = Redactor.from_environment({**os.environ, **config.target.env})
     host = host or connect_host(config)
     header = {"session": config.session_id, "config": json.loads(config.model_dump_json()), "host": host.name}
     trace = TraceWriter(Path(config.traces_dir) / f"{config.session_id}.jsonl", header, redactor)
@@ -110,11 +110,6 @@ def make_deps(config: SessionConfig, host: Host | None = None, view: View | None
         deps.engine.fallback = llm_fallback(config.llm, deps.record)
     return deps
 
-
-def _secretish(name: str) -> bool:
-    from tools.redact import SECRET_NAME
-
-    return bool(SECRET_NAME.search(name))
 
 
 def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None = None) -> tuple[str, dict[str, Any]]:

@@ -6,9 +6,10 @@ host-side ledger makes a repeated call (a resumed session) a no-op.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
-from agent.checks import run_check
+from agent.checks import run_before_checks
 from agent.codec import candidate_from_dict, candidate_to_dict, fault_from_dict, patch_diff
 from agent.deps import Deps
 from agent.state import SessionState
@@ -59,24 +60,11 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
 def verify(state: SessionState, deps: Deps) -> dict[str, Any]:
     """Checks that need no target-env process run now; the rest wait for the next launch's load."""
     cand = candidate_from_dict(state["proposal"] or {})
-    ctx = deps.context(state)
-    results = []
-    later = []
-    for check in cand.checks:
-        if check.when == "during_load":
-            later.append(check)
-            continue
-        ok, detail = run_check(ctx, check, deps.config.target.env)
-        results.append({"patch_id": cand.patch.id, "check": check.describe(), "ok": ok, "detail": detail,
-                        "when": "before"})
-        deps.record("check", "verify", results[-1])
-        if not ok:
-            break
+    results = run_before_checks(deps.context(state), cand, deps.config.target.env,
+                                lambda result: deps.record("check", "verify", result))
     update: dict[str, Any] = {"verifications": [*(state.get("verifications") or []), *results]}
     if all(r["ok"] for r in results):
-        from dataclasses import asdict
-
-        update["pending_checks"] = [asdict(c) for c in later]
+        update["pending_checks"] = [asdict(c) for c in cand.checks if c.when == "during_load"]
     return update
 
 

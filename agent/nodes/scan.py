@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.checks import run_check
+from agent.checks import run_before_checks
 from agent.codec import candidate_to_dict, fault_to_dict
 from agent.deps import Deps
 from agent.scan import scan as scan_drift
@@ -44,8 +44,9 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
         except PatchError as err:
             deps.record("patch_refused", "scan", {"patch_id": cand.patch.id, "why": str(err)})
             continue
-        checks = [(c, *run_check(ctx, c, deps.config.target.env)) for c in cand.checks if c.when == "before"]
-        if not all(ok for _, ok, _ in checks):
+        checks = run_before_checks(ctx, cand, deps.config.target.env,
+                                   lambda result: deps.record("check", "scan", result))
+        if not all(r["ok"] for r in checks):
             revert_patch(deps.host, cand.patch.id, ledger_dir=deps.config.ledger_dir)
             deps.record("reverted", "scan", {"patch_id": cand.patch.id, "why": "its checks failed"})
             continue

@@ -6,7 +6,8 @@ import ast
 import contextlib
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from agent.repair.edits import Source
 from agent.repair.types import Candidate, Check, Fault, FrameRef, RepairContext
@@ -14,6 +15,8 @@ from tools import source as src_tools
 from tools.errors import MedicError
 from tools.host import read_text
 from tools.patches import make_patch
+
+T = TypeVar("T")
 
 
 def read_source(ctx: RepairContext, path: str) -> Source | None:
@@ -54,22 +57,23 @@ def resolve_callee(ctx: RepairContext, src: Source, name: str) -> str | None:
     return f"{found[0].module}:{found[0].name}" if found else None
 
 
-def library_call_sites(ctx: RepairContext, name: str) -> list[src_tools.CallSite]:
-    """How the library packages themselves call ``name`` (a package the probe cannot read is skipped)."""
-    sites: list[src_tools.CallSite] = []
+def across_libraries(ctx: RepairContext, lookup: Callable[..., list[T]], name: str) -> list[T]:
+    """``lookup(host, python, package, name)`` over every library package (one the probe cannot read is skipped)."""
+    found: list[T] = []
     for package in ctx.library_packages:
         with contextlib.suppress(MedicError):
-            sites += src_tools.call_sites(ctx.host, ctx.python, package, name)
-    return sites
+            found += lookup(ctx.host, ctx.python, package, name)
+    return found
+
+
+def library_call_sites(ctx: RepairContext, name: str) -> list[src_tools.CallSite]:
+    """How the library packages themselves call ``name``."""
+    return across_libraries(ctx, src_tools.call_sites, name)
 
 
 def library_definitions(ctx: RepairContext, name: str) -> list[src_tools.SymbolLocation]:
     """Where the library packages define ``name`` at top level."""
-    places: list[src_tools.SymbolLocation] = []
-    for package in ctx.library_packages:
-        with contextlib.suppress(MedicError):
-            places += src_tools.locate_definitions(ctx.host, ctx.python, package, name)
-    return places
+    return across_libraries(ctx, src_tools.locate_definitions, name)
 
 
 def close_name(name: str, options: Iterable[str], cutoff: float = 0.8) -> str | None:
