@@ -1,20 +1,26 @@
-"""Static API-drift scan: before any launch, check the caller's calls into the library against the INSTALLED
-signatures. Each finding is a Fault shaped like the TypeError the run would raise, so the same repair engine
-fixes it — and a fault found here costs no model load.
+"""Static API-drift scan: before any launch, check the caller's code against the INSTALLED library. Each
+finding is a Fault shaped like the error the run would raise, so the same repair engine fixes it — and a
+fault found here costs no model load.
 
-What it checks: every call in the fixable packages' modules (the ones the driver reaches) to a name imported
-from a library package — unexpected keyword arguments and missing required arguments (a dataclass or
-pydantic field without a default counts). What it cannot see: attributes of objects whose type is only known
-at run time, return shapes, protocol steps; the canary and the load-time checks are for those.
+Rules (each ``(ctx, sources) -> faults`` over the fixable packages' modules the driver reaches):
+- signatures: calls to names imported from a library — unexpected keywords, missing required arguments (a
+  dataclass or pydantic field without a default counts);
+- protocol steps, return shapes, CUDA-only calls on a CUDA-less target (agent/scan_rules.py);
+- methods grafted onto library objects that call members the object's class lacks (agent/scan_members.py).
+What it cannot see: state (an assertion deep in the library), values; the canary and the load-time checks
+are for those.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from agent.repair.context import read_source
 from agent.repair.edits import Source, callee_name
 from agent.repair.types import Fault, FrameRef, RepairContext
+from agent.scan_members import grafted_member_drift
+from agent.scan_rules import device_drift, protocol_drift, shape_drift
 from tools import source as src_tools
 from tools.errors import MedicError
 
@@ -44,26 +50,34 @@ def scan_files(ctx: RepairContext, driver: str | None) -> list[str]:
 
 
 def scan(ctx: RepairContext, driver: str | None) -> list[Fault]:
+    if "files" not in ctx.memo:
+        ctx.memo["files"] = scan_files(ctx, driver)
+    sources = [src for path in ctx.memo["files"] if (src := read_source(ctx, path)) is not None]
     faults: list[Fault] = []
-    signatures: dict[str, src_tools.Signature | None] = {}
-    for path in scan_files(ctx, driver):
-        src = read_source(ctx, path)
-        if src is None:
-            continue
+    for rule in RULES:
+        try:
+            faults += rule(ctx, sources)
+        except MedicError:
+            continue  # a rule that cannot read the library finds nothing; the canary still runs
+    return faults
+
+
+def signature_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
+    faults: list[Fault] = []
+    for src in sources:
         for call in (n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
             name = callee_name(call)
             module = src.imported_from(name or "")
             if not name or not module or module.split(".")[0] not in ctx.library_packages:
                 continue
-            target = f"{module}:{name}"
-            if target not in signatures:
+            key = f"signature:{module}:{name}"
+            if key not in ctx.memo:
                 try:
-                    signatures[target] = src_tools.signature(ctx.host, ctx.python, target)
+                    ctx.memo[key] = src_tools.signature(ctx.host, ctx.python, f"{module}:{name}")
                 except MedicError:
-                    signatures[target] = None
-            sig = signatures[target]
-            if sig is not None:
-                faults += drift_at(src, call, name, sig)
+                    ctx.memo[key] = None
+            if ctx.memo[key] is not None:
+                faults += drift_at(src, call, name, ctx.memo[key])
     return faults
 
 
@@ -90,3 +104,8 @@ def drift_at(src: Source, call: ast.Call, name: str, sig: src_tools.Signature) -
         found.append(Fault("scan", "TypeError", f"{name}() missing 1 required positional argument: '{param}'",
                            (frame,), fingerprint=f"scan:{name}:{param}"))
     return found
+
+
+RULES: tuple[Callable[[RepairContext, list[Source]], list[Fault]], ...] = (
+    signature_drift, protocol_drift, shape_drift, device_drift, grafted_member_drift,
+)

@@ -216,10 +216,13 @@ def call_sites(
     ]
 
 
-def class_members(host: Host, python: str, target: str, *, path_extra: Sequence[str] = ()) -> list[Member]:
+def class_members(
+    host: Host, python: str, target: str, *, all_bases: bool = False, path_extra: Sequence[str] = ()
+) -> list[Member]:
     """Methods, properties and attributes (``self.x`` in ``__init__`` included), own ones first, then those
-    inherited from base classes in the same top-level package."""
-    raw = _ask(host, python, "class_members", path_extra, target=target)
+    inherited from base classes in the same top-level package (``all_bases``: from every package, e.g. torch's
+    ``nn.Module``, when the question is whether an object has a member at all)."""
+    raw = _ask(host, python, "class_members", path_extra, target=target, all_bases=all_bases)
     return [
         Member(
             name=m["name"],

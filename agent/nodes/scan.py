@@ -5,6 +5,7 @@ the runs to confirm (the scan may be wrong where the real call differs at run ti
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agent.checks import run_before_checks
@@ -12,7 +13,8 @@ from agent.codec import candidate_to_dict, fault_to_dict
 from agent.deps import Deps
 from agent.scan import scan as scan_drift
 from agent.state import SessionState
-from tools.errors import PatchError
+from tools.errors import MedicError, PatchError
+from tools.host import read_text
 from tools.patches import apply_patch, revert_patch
 
 MAX_SCAN_FIXES = 20
@@ -22,6 +24,7 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
     if not deps.config.scan or state.get("scan_findings") is not None:
         return {}
     ctx = deps.context(state)
+    ctx.architectures = target_architectures(deps)
     driver = next((arg for arg in deps.config.target.command if arg.endswith(".py")), None)
     attempted: set[str] = set()
     faults, patches = list(state.get("faults") or []), list(state.get("patches") or [])
@@ -56,3 +59,18 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
         patches.append({**candidate_to_dict(cand), "fault_index": len(faults) - 1})
     deps.record("scan", "scan", {"summary": f"{len(findings)} finding(s), {len(patches)} patched before any launch"})
     return {"scan_findings": findings, "faults": faults, "patches": patches}
+
+
+def target_architectures(deps: Deps) -> tuple[str, ...]:
+    """The model's architectures from its config.json: the target's model_dir, else a folder the command names."""
+    target = deps.config.target
+    folders = [target.model_dir] if target.model_dir else [a for a in target.command if "/" in a][:8]
+    for folder in folders:
+        if folder and deps.host.exists(f"{folder}/config.json"):
+            try:
+                config = json.loads(read_text(deps.host, f"{folder}/config.json"))
+            except (MedicError, ValueError):
+                return ()
+            archs = config.get("architectures") if isinstance(config, dict) else None
+            return tuple(a for a in archs or [] if isinstance(a, str))
+    return ()

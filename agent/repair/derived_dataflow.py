@@ -23,7 +23,9 @@ from agent.repair.context import (
 from agent.repair.edits import Source, assignment_before, callee_name, replace_span
 from agent.repair.types import Candidate, Fault, RepairContext
 
+SHAPE_DRIFT = "returns a single value in the installed library, not a list"  # the scan's finding (agent/scan_rules)
 SHAPE_SYMPTOMS = (
+    SHAPE_DRIFT,
     "Boolean value of Tensor with more than one value is ambiguous",
     "The truth value of an array with more than one element is ambiguous",
     "object is not subscriptable",
@@ -49,7 +51,7 @@ def changed_return_shape(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             continue
         names = [n.id for n in ast.walk(getattr(stmt, "test", stmt)) if isinstance(n, ast.Name)]
         for name in dict.fromkeys(names):
-            found = indexed_call_result(src, func, name, frame.line)
+            found = indexed_call_result(src, func, name, frame.line + 1)  # the line itself may index
             if found is None:
                 continue
             index_assign, subscript, call = found

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from tools.host import Host
 from tools.patches import Patch
@@ -82,6 +82,8 @@ class RepairContext:
     workdir: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     site_packages: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()  # the target model's, from its config.json (what the library will build)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # probe answers, per context
 
     def is_fixable(self, path: str) -> bool:
         """Code medic adapts to the library: the user's workdir and the fixable packages."""

@@ -57,7 +57,7 @@ def location(found: Found) -> dict[str, Any]:
     }
 
 
-def class_members(target: str) -> list[dict[str, Any]]:
+def class_members(target: str, all_bases: bool = False) -> list[dict[str, Any]]:
     found = resolve(target)
     if not isinstance(found.node, ast.ClassDef):
         raise ProbeError(f"{target} is not a class ({found.path})")
@@ -74,7 +74,7 @@ def class_members(target: str) -> list[dict[str, Any]]:
                 "owner": "{}:{}".format(klass.module, ".".join(klass.qual)),
             }
 
-    for klass in mro(found, restrict=top_package(found)):
+    for klass in mro(found, restrict=None if all_bases else top_package(found)):
         for name, node, _ in bindings(klass.node.body):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 kind = method_kind(node)
@@ -86,7 +86,8 @@ def class_members(target: str) -> list[dict[str, Any]]:
         init = binding(klass.node.body, "__init__")
         for stmt in ast.walk(init) if isinstance(init, ast.FunctionDef) else []:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)):  # self.x = ... : an instance attribute
-                for t in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in [e for x in targets for e in (x.elts if isinstance(x, ast.Tuple) else [x])]:
                     if (
                         isinstance(t, ast.Attribute)
                         and isinstance(t.value, ast.Name)

@@ -1,0 +1,165 @@
+"""Scan rules for drift a signature cannot show, each derived from the installed source, never from a list:
+
+- protocol: the library's own state errors ("next() must be called after prev()") name a step it enforces;
+  a function of ours that calls ``prev`` and never ``next`` will raise that error.
+- return shape: we index ``[0]`` the result of a library call whose callers in the library (passing our
+  keywords) all use it whole: the call now returns one value, and ``[0]`` takes a piece of it.
+- device: a ``torch.cuda`` call with constant arguments, not under a device test, is evaluated in the target
+  env when that env has no CUDA device; the error it raises there is the one the run would raise.
+
+Each finding is a Fault the repair engine already knows how to fix (the runtime error, or the shape drift's
+own message), pointing at our line.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterator
+
+from agent.repair.context import read_source
+from agent.repair.derived_dataflow import (
+    MUST_CALL,
+    SHAPE_DRIFT,
+    indexed_call_result,
+    library_indexes_result,
+)
+from agent.repair.edits import Source, callee_name
+from agent.repair.types import Fault, FrameRef, RepairContext
+from tools import source as src_tools
+from tools.errors import MedicError
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+DEVICE_MARK = "<<medic-device>> "
+DEVICE_TESTS = ("cuda", "is_available", "platform", "device")  # an `if` on these already picks the device
+DEVICE_PROBE = r"""
+import json, sys, traceback
+exprs = json.loads(sys.argv[1])
+import torch
+out = {"available": bool(torch.cuda.is_available()), "raised": {}}
+if not out["available"]:  # only where no GPU can be touched
+    for expr in exprs:
+        try:
+            eval(expr, {"torch": torch})
+        except Exception as exc:
+            frames = [f for f in traceback.extract_tb(exc.__traceback__)[1:] if f.filename != "<string>"]
+            out["raised"][expr] = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:300],
+                                   "frames": [[f.filename, f.lineno, f.name, f.line or ""] for f in frames]}
+print("<<medic-device>> " + json.dumps(out))
+"""
+
+
+def functions(src: Source) -> Iterator[Function]:
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield node
+
+
+def frame_at(src: Source, func: Function, lineno: int) -> FrameRef:
+    return FrameRef(src.path, lineno, func.name, src.line(lineno).strip())
+
+
+# -- protocol ---------------------------------------------------------------------------------------------
+def library_protocols(ctx: RepairContext) -> list[tuple[str, str, str, str]]:
+    """(next, prev, the library's message, where it says so) for each "must be called after" it enforces."""
+    if "protocols" not in ctx.memo:
+        found: list[tuple[str, str, str, str]] = []
+        for package in ctx.library_packages:
+            try:
+                root = src_tools.module_path(ctx.host, ctx.python, package).rsplit("/", 1)[0]
+                hits = src_tools.grep(ctx.host, root, r"must be called", python=ctx.python)
+            except MedicError:
+                continue
+            for path in dict.fromkeys(h.path for h in hits):
+                lib = read_source(ctx, path)
+                for node in ast.walk(lib.tree) if lib else []:
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                        match = MUST_CALL.search(node.value)
+                        if match and (match["next"], match["prev"]) not in {(f[0], f[1]) for f in found}:
+                            found.append((match["next"], match["prev"], node.value.strip(), f"{path}:{node.lineno}"))
+        ctx.memo["protocols"] = found
+    return list(ctx.memo["protocols"])
+
+
+def protocol_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
+    faults: list[Fault] = []
+    for nxt, prev, message, where in library_protocols(ctx):
+        for src in sources:
+            for func in functions(src):
+                calls = [n for n in ast.walk(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)]
+                ours = [c for c in calls if c.func.attr == prev]  # type: ignore[attr-defined]
+                if ours and not any(callee_name(c) == nxt for c in calls):
+                    faults.append(Fault("scan", "RuntimeError", message, (frame_at(src, func, ours[0].lineno),),
+                                        fingerprint=f"scan:protocol:{prev}:{nxt}:{src.path}:{func.name}",
+                                        log_excerpt=f"predicted by the scan: the library raises this at {where}"))
+    return faults
+
+
+# -- return shape ------------------------------------------------------------------------------------------
+def shape_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
+    faults: list[Fault] = []
+    for src in sources:
+        for func in functions(src):
+            for node in ast.walk(func):
+                if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                        and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Subscript)):
+                    continue
+                found = indexed_call_result(src, func, node.targets[0].id, node.lineno + 1)
+                if found is None or found[0] is not node:
+                    continue
+                _, subscript, call = found
+                keywords = sorted(k.arg for k in call.keywords if k.arg)
+                key = f"indexes:{callee_name(call)}:{','.join(keywords)}"
+                if key not in ctx.memo:
+                    ctx.memo[key] = library_indexes_result(ctx, src, call)
+                if ctx.memo[key] is None:
+                    continue
+                message = (f"{callee_name(call)}({', '.join(f'{k}=...' for k in keywords)}) {SHAPE_DRIFT}, and "
+                           f"`{src.segment(subscript)}` indexes it")
+                faults.append(Fault("scan", "ReturnShapeDrift", message, (frame_at(src, func, node.lineno),),
+                                    fingerprint=f"scan:shape:{src.path}:{src.segment(subscript)}",
+                                    log_excerpt="\n".join(ctx.memo[key])))
+    return faults
+
+
+# -- device ------------------------------------------------------------------------------------------------
+def device_calls(src: Source) -> Iterator[tuple[Function, ast.Call, str]]:
+    """``torch.cuda.<f>(<constants>)`` calls not under an ``if``/``try`` that already deals with the device
+    (nor after an early ``return``/``raise`` on a device test)."""
+    for func in functions(src):
+        guarded: set[int] = set()
+        for node in ast.walk(func):
+            tests_device = isinstance(node, ast.If | ast.IfExp | ast.While) and any(
+                word in ast.unparse(node.test) for word in DEVICE_TESTS)
+            if tests_device or (isinstance(node, ast.Try) and node.handlers):
+                guarded |= {id(n) for n in ast.walk(node)}
+            if tests_device and isinstance(node, ast.If) and isinstance(node.body[-1], ast.Return | ast.Raise):
+                guarded |= {id(n) for n in ast.walk(func) if getattr(n, "lineno", 0) > (node.end_lineno or 0)}
+        for node in ast.walk(func):
+            if (isinstance(node, ast.Call) and id(node) not in guarded and isinstance(node.func, ast.Attribute)
+                    and ast.unparse(node.func.value) == "torch.cuda"
+                    and all(isinstance(a, ast.Constant) for a in [*node.args, *(k.value for k in node.keywords)])):
+                yield func, node, ast.unparse(node)
+
+
+def device_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
+    sites = [(src, func, call, expr) for src in sources for func, call, expr in device_calls(src)]
+    exprs = sorted({expr for *_, expr in sites})
+    key = f"device:{json.dumps(exprs)}"
+    if not exprs:
+        return []
+    if key not in ctx.memo:
+        result = ctx.host.run([ctx.python, "-c", DEVICE_PROBE, json.dumps(exprs)], timeout=120)
+        reply = next((line[len(DEVICE_MARK):] for line in result.stdout.splitlines() if line.startswith(DEVICE_MARK)),
+                     None)
+        ctx.memo[key] = json.loads(reply)["raised"] if reply else {}
+    faults: list[Fault] = []
+    for src, func, call, expr in sites:
+        raised = ctx.memo[key].get(expr)
+        if raised is None:
+            continue
+        lib_frames = tuple(FrameRef(f, n, name, code) for f, n, name, code in raised["frames"])
+        faults.append(Fault("scan", raised["type"], raised["message"], (frame_at(src, func, call.lineno), *lib_frames),
+                            fingerprint=f"scan:device:{src.path}:{func.name}:{expr}",
+                            log_excerpt=f"predicted by the scan: `{expr}` raised this in the target env"))
+    return faults

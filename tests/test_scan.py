@@ -1,0 +1,124 @@
+"""The static scan's rules on copies of pristine speculators 0.3.0, asking the REAL installed vLLM 0.16.0 and
+torch (the lab venv): each finds its fault before any launch, the repair engine fixes it, the fixed file
+scans clean, and code that already handles the drift is left alone."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.repair.edits import Source
+from agent.repair.engine import RepairEngine
+from agent.repair.types import Fault, RepairContext
+from agent.scan_members import grafted_member_drift
+from agent.scan_rules import device_drift, protocol_drift, shape_drift
+from lab.build import LabPaths
+from tools.host import LocalHost
+from tools.patches import apply_patch
+
+pytestmark = pytest.mark.lab
+GEN = "speculators/data_generation/vllm_hidden_states_generator.py"
+WORKER = "speculators/data_generation/custom_worker.py"
+RULES = {
+    "protocol": (protocol_drift, GEN, "State error: sample_tokens() must be called after execute_model()",
+                 "self.executor.execute_model(scheduler_output)", "derived:protocol_step"),
+    "shape": (shape_drift, GEN, "collective_rpc(unique_reply_rank=...) returns a single value",
+              "aux_hidden_states = captured_states_list[0]", "derived:changed_return_shape"),
+    "device": (device_drift, GEN, "Found no NVIDIA driver", "free_memory, _ = torch.cuda.mem_get_info()",
+               "playbook:cuda-memory-query-off-cuda"),
+    "graft": (grafted_member_drift, WORKER, "'LlamaModel' object has no attribute 'get_input_embeddings'",
+              "else self.get_input_embeddings(input_ids)", "derived:renamed_member"),
+}
+
+
+@pytest.fixture
+def lab_ctx(pristine_lab: LabPaths, tmp_path: Path) -> tuple[RepairContext, Path]:
+    site = tmp_path / "site-packages"
+    for rel in (GEN, WORKER):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pristine_lab.site_packages() / rel, site / rel)
+    ctx = RepairContext(host=LocalHost(), python=str(pristine_lab.python), roots=(str(site),),
+                        site_packages=(str(pristine_lab.site_packages()),), workdir=str(tmp_path / "work"),
+                        architectures=("LlamaForCausalLM",))
+    return ctx, site
+
+
+def sources(*paths: Path) -> list[Source]:
+    return [Source(str(p), p.read_text()) for p in paths]
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_each_rule_finds_its_fault_and_the_fixed_file_scans_clean(lab_ctx, name: str) -> None:
+    rule, rel, message, line, origin = RULES[name]
+    ctx, site = lab_ctx
+    path = site / rel
+    found = rule(ctx, sources(path))
+    assert len(found) == 1, [f.summary for f in found]
+    fault = found[0]
+    assert fault.stage == "scan" and message in fault.summary
+    assert fault.frames[0].file == str(path) and line in fault.frames[0].code
+    cands = RepairEngine().candidates(ctx, fault)
+    assert cands and cands[0].origin.startswith(origin), [c.origin for c in cands]
+    apply_patch(ctx.host, cands[0].patch, roots=ctx.roots, ledger_dir=str(site.parent / "ledger"))
+    assert rule(RepairContext(**{**ctx.__dict__, "memo": {}}), sources(path)) == []
+
+
+def test_the_graft_rule_needs_the_target_architecture(lab_ctx) -> None:
+    """No config.json architecture, no class to check against: the canary is left to show it."""
+    ctx, site = lab_ctx
+    ctx.architectures = ()
+    assert grafted_member_drift(ctx, sources(site / WORKER)) == []
+
+
+CALLER = '''
+import types
+import torch
+
+
+def forward(self, input_ids):
+    self.parameters()  # torch's nn.Module has it
+    return self.embed_input_ids(input_ids)
+
+
+def guarded():
+    if torch.cuda.is_available():
+        torch.cuda.mem_get_info()
+    free = torch.cuda.mem_get_info() if torch.cuda.is_available() else (0, 0)
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError:
+        pass
+
+
+def early_return():
+    if not torch.cuda.is_available():
+        return "cpu"
+    return torch.cuda.get_device_name(0)
+
+
+def harmless():
+    torch.cuda.empty_cache()  # a no-op without CUDA
+
+
+class Extension:
+    def setup(self):
+        base = self.model_runner.model.model
+        base.forward = types.MethodType(forward, base)
+'''
+
+
+def test_code_that_already_handles_the_drift_is_left_alone(lab_ctx, tmp_path: Path) -> None:
+    ctx, _ = lab_ctx
+    caller = tmp_path / "work" / "caller.py"
+    caller.parent.mkdir()
+    caller.write_text(CALLER)
+    found: list[Fault] = []
+    for rule in (protocol_drift, shape_drift, device_drift, grafted_member_drift):
+        found += rule(ctx, sources(caller))
+    assert found == [], [f.summary for f in found]
+    # the same graft calling a member LlamaModel lacks is found: the silence above is not blindness
+    caller.write_text(CALLER.replace("self.embed_input_ids(", "self.get_input_embeddings("))
+    [fault] = grafted_member_drift(ctx, sources(caller))
+    assert "'LlamaModel' object has no attribute 'get_input_embeddings'" in fault.summary
