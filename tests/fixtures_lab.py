@@ -1,23 +1,29 @@
 """The embedded lab for the tests: built (or reused) once per session at the default root, never skipped.
 
 ``lab`` builds what is missing and fails the tests with the build's own message if that breaks;
-``pristine_lab`` puts pristine speculators back before a test; ``reference_output`` writes extraction
+``pristine_lab`` puts pristine speculators back before a test; ``speculators_copy`` gives a repair context
+over copies of speculators' data-generation modules, asking the real lab venv; ``reference_output`` writes extraction
 outputs straight from transformers in the lab venv: one correct, one with wrong shapes, one with wrong values.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from agent.repair.types import RepairContext
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths
 from tools.errors import LabError
+from tools.host import LocalHost
 
 LAB_SCRIPTS = Path(__file__).parent / "lab_scripts"
+GEN = "speculators/data_generation/vllm_hidden_states_generator.py"
+WORKER = "speculators/data_generation/custom_worker.py"
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,20 @@ def lab() -> LabPaths:
 def pristine_lab(lab: LabPaths) -> LabPaths:
     LabBuilder(lab).reset()
     return lab
+
+
+@pytest.fixture
+def speculators_copy(pristine_lab: LabPaths, tmp_path: Path) -> tuple[RepairContext, Path]:
+    """Pristine GEN and WORKER copied under tmp_path/site-packages (the only patch root); the library, torch
+    and the target's architecture are the real lab's."""
+    site = tmp_path / "site-packages"
+    for rel in (GEN, WORKER):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(pristine_lab.site_packages() / rel, site / rel)
+    ctx = RepairContext(host=LocalHost(), python=str(pristine_lab.python), roots=(str(site),),
+                        site_packages=(str(pristine_lab.site_packages()),), workdir=str(tmp_path / "work"),
+                        architectures=("LlamaForCausalLM",))
+    return ctx, site
 
 
 @pytest.fixture(scope="session")

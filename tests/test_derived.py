@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,23 +11,9 @@ import pytest
 from agent.repair import derived_calls, derived_dataflow, derived_members
 from agent.repair.engine import RepairEngine
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
-from lab.build import LabPaths
-from tools.host import LocalHost
+from tests.fixtures_lab import GEN, WORKER
 
 pytestmark = pytest.mark.lab
-GEN = "speculators/data_generation/vllm_hidden_states_generator.py"
-WORKER = "speculators/data_generation/custom_worker.py"
-
-
-@pytest.fixture
-def copy_ctx(pristine_lab: LabPaths, tmp_path: Path) -> tuple[RepairContext, Path]:
-    site = tmp_path / "site-packages"
-    for rel in (GEN, WORKER):
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(pristine_lab.site_packages() / rel, site / rel)
-    ctx = RepairContext(host=LocalHost(), python=str(pristine_lab.python), roots=(str(site),),
-                        site_packages=(str(pristine_lab.site_packages()),), workdir=str(tmp_path / "work"))
-    return ctx, site
 
 
 def line_of(path: Path, text: str) -> int:
@@ -66,8 +51,10 @@ CASES = [
 
 @pytest.mark.parametrize(("repair", "rel", "anchor", "exc", "message", "expected"), CASES,
                          ids=[c[0].__name__ + ":" + c[3] for c in CASES])
-def test_each_derived_repair_on_the_real_installed_source(copy_ctx, repair, rel, anchor, exc, message, expected):
-    ctx, site = copy_ctx
+def test_each_derived_repair_on_the_real_installed_source(
+    speculators_copy, repair, rel, anchor, exc, message, expected
+):
+    ctx, site = speculators_copy
     path = site / rel
     fault = Fault("crash", exc, message, (FrameRef(str(path), line_of(path, anchor), "f"),))
     diff = one(repair, ctx, fault)
@@ -75,9 +62,9 @@ def test_each_derived_repair_on_the_real_installed_source(copy_ctx, repair, rel,
         assert piece in diff, diff
 
 
-def test_a_misleading_fault_is_not_patched_where_it_raised(copy_ctx) -> None:
+def test_a_misleading_fault_is_not_patched_where_it_raised(speculators_copy) -> None:
     """The block-pool assertion raises inside vLLM; the fix is the caller's CacheConfig (prefix caching off)."""
-    ctx, site = copy_ctx
+    ctx, site = speculators_copy
     path = site / GEN
     inner = FrameRef("/x/site-packages/vllm/v1/core/block_pool.py", 238, "cache_full_blocks")
     caller = FrameRef(str(path), line_of(path, "scheduler_output := self.scheduler.schedule()"), "generate")
@@ -88,8 +75,8 @@ def test_a_misleading_fault_is_not_patched_where_it_raised(copy_ctx) -> None:
     assert "block_pool.py" not in found[0].patch.diff
 
 
-def test_no_candidate_for_a_fault_nothing_explains(copy_ctx) -> None:
-    ctx, site = copy_ctx
+def test_no_candidate_for_a_fault_nothing_explains(speculators_copy) -> None:
+    ctx, site = speculators_copy
     path = site / GEN
     fault = Fault("crash", "ValueError", "something new", (FrameRef(str(path), 10, "f"),))
     assert RepairEngine().candidates(ctx, fault) == []

@@ -4,7 +4,6 @@ scans clean, and code that already handles the drift is left alone."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,13 +13,10 @@ from agent.repair.engine import RepairEngine
 from agent.repair.types import Fault, RepairContext
 from agent.scan_members import grafted_member_drift
 from agent.scan_rules import device_drift, protocol_drift, shape_drift
-from lab.build import LabPaths
-from tools.host import LocalHost
+from tests.fixtures_lab import GEN, WORKER
 from tools.patches import apply_patch
 
 pytestmark = pytest.mark.lab
-GEN = "speculators/data_generation/vllm_hidden_states_generator.py"
-WORKER = "speculators/data_generation/custom_worker.py"
 RULES = {
     "protocol": (protocol_drift, GEN, "State error: sample_tokens() must be called after execute_model()",
                  "self.executor.execute_model(scheduler_output)", "derived:protocol_step"),
@@ -33,26 +29,14 @@ RULES = {
 }
 
 
-@pytest.fixture
-def lab_ctx(pristine_lab: LabPaths, tmp_path: Path) -> tuple[RepairContext, Path]:
-    site = tmp_path / "site-packages"
-    for rel in (GEN, WORKER):
-        (site / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(pristine_lab.site_packages() / rel, site / rel)
-    ctx = RepairContext(host=LocalHost(), python=str(pristine_lab.python), roots=(str(site),),
-                        site_packages=(str(pristine_lab.site_packages()),), workdir=str(tmp_path / "work"),
-                        architectures=("LlamaForCausalLM",))
-    return ctx, site
-
-
 def sources(*paths: Path) -> list[Source]:
     return [Source(str(p), p.read_text()) for p in paths]
 
 
 @pytest.mark.parametrize("name", list(RULES))
-def test_each_rule_finds_its_fault_and_the_fixed_file_scans_clean(lab_ctx, name: str) -> None:
+def test_each_rule_finds_its_fault_and_the_fixed_file_scans_clean(speculators_copy, name: str) -> None:
     rule, rel, message, line, origin = RULES[name]
-    ctx, site = lab_ctx
+    ctx, site = speculators_copy
     path = site / rel
     found = rule(ctx, sources(path))
     assert len(found) == 1, [f.summary for f in found]
@@ -65,9 +49,9 @@ def test_each_rule_finds_its_fault_and_the_fixed_file_scans_clean(lab_ctx, name:
     assert rule(RepairContext(**{**ctx.__dict__, "memo": {}}), sources(path)) == []
 
 
-def test_the_graft_rule_needs_the_target_architecture(lab_ctx) -> None:
+def test_the_graft_rule_needs_the_target_architecture(speculators_copy) -> None:
     """No config.json architecture, no class to check against: the canary is left to show it."""
-    ctx, site = lab_ctx
+    ctx, site = speculators_copy
     ctx.architectures = ()
     assert grafted_member_drift(ctx, sources(site / WORKER)) == []
 
@@ -109,8 +93,8 @@ class Extension:
 '''
 
 
-def test_code_that_already_handles_the_drift_is_left_alone(lab_ctx, tmp_path: Path) -> None:
-    ctx, _ = lab_ctx
+def test_code_that_already_handles_the_drift_is_left_alone(speculators_copy, tmp_path: Path) -> None:
+    ctx, _ = speculators_copy
     caller = tmp_path / "work" / "caller.py"
     caller.parent.mkdir()
     caller.write_text(CALLER)
