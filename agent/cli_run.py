@@ -130,13 +130,11 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
 def revert(session: str) -> None:
     """Undo every patch of a session, newest first, byte-for-byte (refused for a file changed since)."""
     from agent.session import connect_host, session_lock
-    from tools.patches import ledger_entries, revert_patch
+    from tools.patches import revert_all
 
     config = load_config(session)
     with session_lock(session):
         host = connect_host(config)
-        entries = [e for e in ledger_entries(host, config.ledger_dir) if e.state == "applied"]
-        for entry in reversed(entries):
-            revert_patch(host, entry.patch_id, ledger_dir=config.ledger_dir)
-            console.print(f"reverted {entry.patch_id}: {', '.join(f.path for f in entry.files)}")
-    console.print(f"{len(entries)} patch(es) of session {session} reverted")
+        count = revert_all(host, config.ledger_dir,
+                           lambda r: console.print(f"reverted {r.patch_id}: {', '.join(r.files)}"))
+    console.print(f"{count} patch(es) of session {session} reverted")

@@ -17,6 +17,7 @@ from tools.patches import (
     make_patch,
     parse_diff,
     patch_from_diff,
+    revert_all,
     revert_patch,
     sha256,
 )
@@ -221,6 +222,36 @@ def test_revert_refuses_when_someone_edited_the_file(site: Path, ledger: str) ->
     assert snapshot(site) == after
     with pytest.raises(PatchError, match="no patch"):
         revert_patch(HOST, "0" * 16, ledger_dir=ledger)
+
+
+def test_revert_all_takes_patches_off_in_stack_order_whatever_the_clock_says(site: Path, ledger: str) -> None:
+    """Three stacked patches on one file (plus one on another) whose ledger stamps are equal or run backwards,
+    as when the scan applies several in one second: every byte still comes back, newest first per file."""
+    before = snapshot(site)
+    ids = []
+    for old, new in (("return x", "return x + 1"), ("x + 1", "x + 2"), ("x + 2", "x * 3")):
+        patch = make_patch(HOST, dict([edit(site, "pkg/a.py", old, new)]), rationale="t", origin="derived:t")
+        apply_patch(HOST, patch, roots=[str(site)], ledger_dir=ledger)
+        ids.append(patch.id)
+    other = make_patch(HOST, dict([edit(site, "pkg/b.py", "os.sep", "os.pathsep")]), rationale="t", origin="t")
+    apply_patch(HOST, other, roots=[str(site)], ledger_dir=ledger)
+    for stamp, pid in zip(("2026-01-01T00:00:09", "2026-01-01T00:00:00", "2026-01-01T00:00:00"), ids, strict=True):
+        raw = json.loads(Path(ledger, f"{pid}.json").read_text())
+        Path(ledger, f"{pid}.json").write_text(json.dumps({**raw, "updated_at": stamp}))
+    order: list[str] = []
+    assert revert_all(HOST, ledger, lambda r: order.append(r.patch_id)) == 4
+    assert snapshot(site) == before
+    assert [i for i in order if i in ids] == ids[::-1]
+    assert revert_all(HOST, ledger) == 0  # nothing left applied
+
+
+def test_revert_all_refuses_a_file_edited_by_someone_else(site: Path, ledger: str) -> None:
+    patch = make_patch(HOST, dict([edit(site, "pkg/a.py", "return x", "return -x")]), rationale="t", origin="t")
+    apply_patch(HOST, patch, roots=[str(site)], ledger_dir=ledger)
+    (site / "pkg/a.py").write_text("hand edit\n")
+    with pytest.raises(StaleContext, match=r"changed since patch \w+ was applied"):
+        revert_all(HOST, ledger)
+    assert (site / "pkg/a.py").read_text() == "hand edit\n"
 
 
 def test_patch_json_round_trip_and_stable_id(site: Path) -> None:

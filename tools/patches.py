@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tools.diffs import (
@@ -50,6 +50,7 @@ __all__ = [
     "make_patch",
     "parse_diff",
     "patch_from_diff",
+    "revert_all",
     "revert_patch",
     "sha256",
     "unified_diff",
@@ -287,3 +288,26 @@ def revert_patch(host: Host, patch_id: str, *, ledger_dir: str) -> RevertResult:
     _write_all(host, restores)
     save_entry(host, ledger_dir, entry, "reverted")
     return RevertResult(patch_id, reverted=True, already_reverted=False, files=paths)
+
+
+def revert_all(host: Host, ledger_dir: str, on_revert: Callable[[RevertResult], None] = lambda r: None) -> int:
+    """Revert every applied patch of a ledger, each file's newest patch first; returns how many.
+
+    The order comes from the files, not from clocks: a patch is on top when every one of its files holds its
+    ``sha256_after``. Patches stamped within one clock tick (the scan applies several in a second) or under a
+    clock that stepped back still come off in the order they went on.
+    """
+    pending = [e for e in ledger_entries(host, ledger_dir) if e.state == "applied"]
+    count = len(pending)
+    while pending:
+        digests = {f.real_path: _digest_or_none(host, f.real_path) for e in pending for f in e.files}
+        on_top = [e for e in pending if all(digests[f.real_path] == f.sha256_after for f in e.files)]
+        # Nothing on top: the newest patch's revert names the file that changed under it and refuses.
+        entry = (on_top or pending)[-1]
+        on_revert(revert_patch(host, entry.patch_id, ledger_dir=ledger_dir))
+        pending.remove(entry)
+    return count
+
+
+def _digest_or_none(host: Host, path: str) -> str | None:
+    return sha256(host.read_bytes(path)) if host.stat(path) is not None else None
