@@ -299,12 +299,14 @@ def revert_all(host: Host, ledger_dir: str, on_revert: Callable[[RevertResult], 
     """
     pending = [e for e in ledger_entries(host, ledger_dir) if e.state == "applied"]
     count = len(pending)
+    # Read each file once; after a revert its content is known (sha256_before), so nothing is read again.
+    digests = {f.real_path: _digest_or_none(host, f.real_path) for e in pending for f in e.files}
     while pending:
-        digests = {f.real_path: _digest_or_none(host, f.real_path) for e in pending for f in e.files}
         on_top = [e for e in pending if all(digests[f.real_path] == f.sha256_after for f in e.files)]
         # Nothing on top: the newest patch's revert names the file that changed under it and refuses.
         entry = (on_top or pending)[-1]
         on_revert(revert_patch(host, entry.patch_id, ledger_dir=ledger_dir))
+        digests.update({f.real_path: f.sha256_before for f in entry.files})
         pending.remove(entry)
     return count
 
