@@ -56,8 +56,8 @@ def answer_proposal(state: SessionState, deps: Deps, answer: Any) -> dict[str, A
         return {"proposal": None}
     deps.record("approval_answer", "approve", {"patch_id": patch_id, "action": action,
                                                "reason": answer.get("reason", ""), "by": answer.get("by", "")})
-    if action == "approve":
-        return {}
+    if action == "approve":  # who approved decides who takes a host step: a policy lets medic run it
+        return {"proposal": {**proposal, "approved_by": str(answer.get("by", ""))}}
     if action == "reject":
         return {"proposal": None, "tried": [*(state.get("tried") or []), patch_id]}
     try:

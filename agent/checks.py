@@ -83,6 +83,13 @@ def check_stale_runs(ctx: RepairContext, check: Check, env: Mapping[str, str]) -
     return not stale, f"stopped stale run(s) {', '.join(stale)}" if stale else "no earlier run still alive"
 
 
+def check_library_found(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> CheckResult:
+    from agent.repair.derived_env import find_library
+
+    found = find_library(ctx, check.target)
+    return found is not None, f"{check.target}: {found}" if found else f"no {check.target} on {ctx.host.name}"
+
+
 ADVISORY = ("disk_free", "free_memory", "stale_runs")  # say so, but never blame a patch for them
 
 RUNNERS: dict[str, Callable[[RepairContext, Check, Mapping[str, str]], CheckResult]] = {
@@ -94,6 +101,7 @@ RUNNERS: dict[str, Callable[[RepairContext, Check, Mapping[str, str]], CheckResu
     "signature_has": check_signature_has,
     "member_exists": check_member_exists,
     "grep": check_grep,
+    "library_found": check_library_found,
 }
 
 

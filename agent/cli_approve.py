@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -28,10 +27,11 @@ from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
 from agent.policy import decide, load_policy, package_of, proposal_files
 from agent.session import checkpointer, connect_host, load_config, make_deps, run_session
+from tools.console import make_console
 from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host
 
-console = Console(stderr=True, highlight=False)
+console = make_console(stderr=True, highlight=False)
 
 
 # -- reading sessions from the checkpoint --------------------------------------------------------------
@@ -90,7 +90,7 @@ def sessions() -> None:
 
 def print_rows(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     """A table at a terminal; tab-separated lines, never cut, for a pipe or a script."""
-    out = Console(highlight=False)
+    out = make_console(highlight=False)
     if not out.is_terminal:
         for row in rows:
             print("\t".join(row))
@@ -118,7 +118,7 @@ def waiting_proposal(session_id: str, patch: str | None) -> tuple[SessionConfig,
 
 def show_proposal(proposal: dict[str, Any]) -> None:
     patch = proposal.get("patch", {})
-    out = Console(highlight=False)
+    out = make_console(highlight=False)
     out.print(f"[bold]patch {patch.get('id')}[/] — {proposal.get('origin')}")
     out.print(f"[bold]why:[/] {proposal.get('rationale', '')}")
     for line in proposal.get("evidence", ()):

@@ -9,14 +9,15 @@ from typing import Annotated
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 
 from agent.config import Budgets, SessionConfig, Target
-from agent.session import EXIT_CODES, load_config, require_new, run_session, save_config, session_dir
+from agent.job import local_path
+from agent.session import EXIT_CODES, connect_checked, load_config, require_new, run_session, save_config, session_dir
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabPaths
+from tools.console import make_console
 from tools.errors import UsageError
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def lab_target(root: Path = DEFAULT_ROOT, size: str = "tiny") -> Target:
@@ -75,6 +76,9 @@ def run(
     confirm_launch: Annotated[bool, typer.Option(help="approve mode: also wait for a person before each relaunch")
                               ] = False,
     policy: Annotated[Path | None, typer.Option(help="rules that auto-approve or deny patches (YAML/TOML)")] = None,
+    patch_root: Annotated[list[str] | None, typer.Option("--patch-root", help="a folder medic may patch beyond "
+                                                         "the env's own site-packages and --workdir (repeatable)")
+                          ] = None,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
     if mode not in ("unattended", "approve"):
@@ -83,12 +87,16 @@ def run(
         if command or python or workdir:
             if not (command and python and workdir):
                 raise UsageError("a target of your own needs --python, --workdir and -- COMMAND together")
-            target = Target(host=host, python=python, workdir=workdir, command=command, env=parse_env(env or []),
+            # on this machine a relative path means one from here; a remote host needs absolute ones
+            target = Target(host=host, python=local_path(python, host), workdir=local_path(workdir, host),
+                            command=command, env=parse_env(env or []),
                             validate_command=shlex.split(validate) if validate else None,
-                            trust_new_host=trust_new_host, model_dir=canary_model)
+                            trust_new_host=trust_new_host, model_dir=canary_model,  # as COMMAND names it
+                            extra_patch_roots=[local_path(p, host) for p in patch_root or []])
         else:
-            target = lab_target(lab, lab_size)
-            target = target.model_copy(update={"env": {**target.env, **parse_env(env or [])}})
+            lab_ = lab_target(lab, lab_size)
+            target = Target.model_validate({**lab_.model_dump(), "env": {**lab_.env, **parse_env(env or [])},
+                                            "extra_patch_roots": [local_path(p, "local") for p in patch_root or []]})
         config = SessionConfig(
             session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
             budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary, scan=scan,
@@ -103,9 +111,10 @@ def run(
         load_policy(policy)  # a bad file fails here, in one line, not inside the graph
         config = config.model_copy(update={"policy_file": str(policy.resolve())})
     require_new(config)
+    connected = connect_checked(config)  # bad input (no such python, workdir or host) fails before anything is saved
     save_config(config)
     console.print(f"session [bold]{config.session_id}[/] — trace {Path(traces) / (config.session_id + '.jsonl')}")
-    finish(config, run_session(config)[0], postmortem)
+    finish(config, run_session(config, host=connected)[0], postmortem)
 
 
 def resume(session: str, postmortem: bool = False) -> None:

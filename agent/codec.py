@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from agent.repair.types import Candidate, Check, Fault, FrameRef
+from agent.repair.types import Candidate, Check, Fault, Finding, FrameRef
 from tools.patches import Patch
 
 
@@ -17,11 +17,13 @@ def fault_from_dict(data: dict[str, Any]) -> Fault:
     fields = dict(data)
     fields["frames"] = tuple(FrameRef(**f) for f in data.get("frames", ()))
     fields["caller_frames"] = tuple(FrameRef(**f) for f in data.get("caller_frames", ()))
+    fields["finding"] = Finding(**data["finding"]) if data.get("finding") else None
+    fields.pop("launch", None), fields.pop("repeated", None)  # what the state's fault list adds to a Fault
     return Fault(**fields)
 
 
 def check_from_dict(data: dict[str, Any]) -> Check:
-    return Check(**data)
+    return Check(**{k: v for k, v in data.items() if k != "patch_id"})  # pending checks name their patch
 
 
 def candidate_to_dict(cand: Candidate) -> dict[str, Any]:

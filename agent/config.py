@@ -32,8 +32,11 @@ class Target(BaseModel):
     library_packages: list[str] = Field(default_factory=lambda: ["vllm"])
     trust_new_host: bool = False
     model_dir: str | None = None  # the target model's folder: medic derives the canary from its config.json
+    output: str | None = None  # what the job saves: medic's own check reads it when no validate_command is given
     canary_command: list[str] | None = None  # same driver on a tiny model of the same architecture
     canary_validate_command: list[str] | None = None
+    # patch roots beyond the env's own site-packages and the workdir: only where the user names them
+    extra_patch_roots: list[str] = Field(default_factory=list)
 
     @field_validator("python", "workdir")
     @classmethod
@@ -41,6 +44,11 @@ class Target(BaseModel):
         if not value.startswith("/"):
             raise ValueError(f"must be an absolute path on the target host, not {value!r}")
         return value.rstrip("/") or "/"
+
+    @field_validator("extra_patch_roots")
+    @classmethod
+    def _absolute_roots(cls, values: list[str]) -> list[str]:
+        return [cls._absolute(value) for value in values]
 
 
 class Budgets(BaseModel):

@@ -1,16 +1,24 @@
 """The medic loop as a LangGraph StateGraph. Read top-down: the nodes, then the routers, then the wiring.
 
-    preflight ─► scan ─► launch ─► watch ─(exit 0)─► validate ─(verified)─► report
-                   ▲         ├─(crashed)─► diagnose ─► repair ─► [approve] ─► apply ─► verify ─┐
-                   │         └─(a check failed while loading)─► revert ─► repair          │
-                   └───────────────────────────────────────────────────────────(checks ok)┘
-    validate ─(wrong output)─► repair;  repair ─(nothing left)─► report;  budgets ─► report
+    preflight ─► scan ─(a finding)─► repair ─► [approve] ─► apply ─► verify ─(a scan fault, checks ok)─► scan
+                  └─(none left)─► launch ─► watch ─(exit 0)─► validate ─(verified)─► report
+                                              ├─(crashed)─► diagnose ─► repair
+                                              └─(a check failed while loading)─► revert ─► repair
+    diagnose ─(the same fault again)─► revert;  approve ─(rejected)─► repair;  apply ─(refused)─► repair
+    verify ─(checks ok)─► [confirm] ─► launch;  verify ─(a check failed)─► revert
+    verify ─(a budget spent)─► budget_stop ─► report;  confirm ─(not confirmed)─► report
+    validate ─(wrong output)─► repair;  validate ─(the canary passed)─► launch
+    repair ─(nothing left for a scan fault)─► scan;  repair ─(nothing left)─► report
+
+Every fault goes through the one repair → [approve/policy] → apply → verify → revert path, whoever found it
+(scan, canary, crash, validator); ``[x]`` is a node a router may skip. tests/test_graph_shape.py holds this
+drawing and the compiled graph's edges to each other.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_type_hints
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
@@ -27,6 +35,19 @@ from agent.state import SessionState
 
 
 # -- routers: each returns the name of the next node -----------------------------------------------------
+def before_launch(state: SessionState) -> bool:
+    """The current fault was predicted before any launch (scan): its repair returns to the scan."""
+    return str((state.get("fault") or {}).get("stage") or "") == "scan"
+
+
+def needs_host_change(state: SessionState) -> bool:
+    return bool(((state.get("proposal") or {}).get("patch") or {}).get("host_steps"))
+
+
+def after_scan(state: SessionState) -> Literal["repair", "launch"]:
+    return "launch" if state.get("scan_done") else "repair"
+
+
 def after_watch(state: SessionState) -> Literal["validate", "revert", "diagnose"]:
     outcome = str((state.get("run") or {}).get("outcome") or "")
     if outcome.startswith("stopped:check failed"):
@@ -48,11 +69,15 @@ def after_validate(state: SessionState) -> Literal["report", "repair", "launch"]
     return "repair" if state.get("fault") else "launch"  # no fault: the canary passed, the target is next
 
 
-def after_repair(state: SessionState, deps: Deps) -> Literal["approve", "apply", "report"]:
-    if state.get("outcome") or not state.get("proposal"):
+def after_repair(state: SessionState, deps: Deps) -> Literal["approve", "apply", "scan", "report"]:
+    if state.get("outcome"):
         return "report"
-    # a policy file makes even unattended sessions ask it (deny rules must bind there too)
-    return "approve" if deps.config.mode == "approve" or deps.config.policy_file else "apply"
+    if not state.get("proposal"):
+        return "scan" if before_launch(state) else "report"
+    # a policy file makes even unattended sessions ask it (deny rules must bind there too); a change to the
+    # host itself is never made unattended: a person (or a policy rule) says so first
+    asks = deps.config.mode == "approve" or deps.config.policy_file or needs_host_change(state)
+    return "approve" if asks else "apply"
 
 
 def after_approve(state: SessionState) -> Literal["apply", "repair"]:
@@ -63,13 +88,15 @@ def after_apply(state: SessionState) -> Literal["verify", "repair"]:
     return "verify" if state.get("proposal") else "repair"  # refused: nothing written, try the next one
 
 
-def after_verify(state: SessionState, deps: Deps) -> Literal["launch", "confirm", "revert", "report"]:
+def after_verify(state: SessionState, deps: Deps) -> Literal["scan", "launch", "confirm", "revert", "budget_stop"]:
     if not verify_passed(state):
         return "revert"
+    if before_launch(state):
+        return "scan"  # no launch yet: the next finding, or the first launch
     if target_launches(state) >= deps.config.budgets.max_launches and not on_canary(state, deps):
-        return "report"
+        return "budget_stop"
     if deps.clock() - (state.get("started") or deps.clock()) > deps.config.budgets.max_wall:
-        return "report"
+        return "budget_stop"
     return "confirm" if deps.config.confirm_launch else "launch"
 
 
@@ -88,9 +115,11 @@ def approve(state: SessionState, deps: Deps) -> dict[str, Any]:
     if auto is not None:
         deps.record("policy", "approve", {"patch_id": proposal.get("patch", {}).get("id"), **auto})
         return answer_proposal(state, deps, auto)
+    steps = list((proposal.get("patch") or {}).get("host_steps") or [])
     deps.record("approval", "approve", {"patch_id": proposal.get("patch", {}).get("id"),
-                                        "session": deps.config.session_id})
-    answer = interrupt({"kind": "approve_patch", "proposal": proposal})
+                                        "session": deps.config.session_id, "host_steps": steps})
+    answer = interrupt({"kind": "host_change" if steps else "approve_patch", "proposal": proposal,
+                        "host_steps": steps})
     return answer_proposal(state, deps, answer)
 
 
@@ -116,6 +145,11 @@ def budget_stop(state: SessionState, deps: Deps) -> dict[str, Any]:
             f"the last fault: {((state.get('fault') or {}).get('message') or 'none')[:200]}"}
 
 
+def routes(router: Any) -> list[str]:
+    """The nodes a router may return, read from its Literal (LangGraph cannot see through functools.partial)."""
+    return list(get_args(get_type_hints(router)["return"]))
+
+
 def build_graph(deps: Deps, checkpointer: Any = None) -> Any:
     """The compiled graph, its nodes bound to ``deps`` (host, config, engine, trace, view)."""
     graph = StateGraph(SessionState)
@@ -127,17 +161,16 @@ def build_graph(deps: Deps, checkpointer: Any = None) -> Any:
         graph.add_node(name, partial(node, deps=deps))
     graph.add_edge(START, "preflight")
     graph.add_edge("preflight", "scan")
-    graph.add_edge("scan", "launch")
+    graph.add_conditional_edges("scan", after_scan)
     graph.add_edge("launch", "watch")
     graph.add_conditional_edges("watch", after_watch)
     graph.add_conditional_edges("diagnose", after_diagnose)
     graph.add_edge("revert", "repair")
     graph.add_conditional_edges("validate", after_validate)
-    graph.add_conditional_edges("repair", partial(after_repair, deps=deps))
+    graph.add_conditional_edges("repair", partial(after_repair, deps=deps), routes(after_repair))
     graph.add_conditional_edges("approve", after_approve)
     graph.add_conditional_edges("apply", after_apply)
-    graph.add_conditional_edges("verify", partial(after_verify, deps=deps), {
-        "launch": "launch", "confirm": "confirm", "revert": "revert", "report": "budget_stop"})
+    graph.add_conditional_edges("verify", partial(after_verify, deps=deps), routes(after_verify))
     graph.add_conditional_edges("confirm", after_confirm)
     graph.add_edge("budget_stop", "report")
     graph.add_edge("report", END)

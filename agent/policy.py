@@ -65,8 +65,8 @@ class Rule(BaseModel):
     def matches(self, origin: str, paths: list[str]) -> bool:
         if self.kind is not None and not any(fnmatch.fnmatchcase(origin, g) for g in self.kind):
             return False
-        if not paths:
-            return False
+        if not paths:  # an environment remedy: only a rule that names its kind, and no file, speaks for it
+            return self.kind is not None and self.file is None and self.package is None
         hits = [self.matches_file(p) for p in paths]
         return any(hits) if self.action == "deny" else all(hits)
 

@@ -1,7 +1,9 @@
 """The postmortem of a session, from its trace alone: what ran, what broke, what was patched, what it cost.
 
 ``summarize`` turns the events into launches, faults and patches once; the markdown here and the HTML page
-(agent/postmortem_html.py) both render that, so the two never disagree.
+(agent/postmortem_html.py) both render that, so the two never disagree. A canary run loads a tiny model, not
+the target: its time is reported as canary time, never as target load wasted. Numbers are rounded for people
+(agent/report.py); the trace keeps them whole.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.report import human_numbers, human_seconds
 from agent.tracefile import Trace, read_trace
+from tools.tracebacks import MAX_SUMMARY_CHARS, message_line
 
 # the first phase after loading: reaching it means the weights were in memory
 LOADED_PHASES = ("kv_cache", "warmup", "extracting", "done")
-BEFORE_LOAD_STAGES = ("scan", "canary")
+BEFORE_LAUNCH_STAGES = ("scan", "preflight")  # predicted from the source: no launch involved
 
 
 @dataclass
@@ -43,8 +47,13 @@ class LaunchView:
         return (self.seconds or 0.0) if self.loaded else 0.0
 
     @property
+    def canary(self) -> bool:
+        return self.kind == "canary"
+
+    @property
     def wasted(self) -> bool:
-        return self.loaded and self.outcome != "exited"
+        """A target load that was thrown away: the launch loaded the model, then failed."""
+        return not self.canary and self.loaded and self.outcome != "exited"
 
 
 @dataclass
@@ -59,14 +68,34 @@ class FaultView:
     repeated: bool = False
 
     @property
-    def caught(self) -> str:
-        if self.stage in BEFORE_LOAD_STAGES:
-            return f"before a load ({self.stage})"
+    def when(self) -> str:
+        """scan | canary | before_load | after_load | validate: what finding this fault cost."""
+        if self.stage in BEFORE_LAUNCH_STAGES:
+            return "scan"
+        if self.stage == "canary" or (self.launch is not None and self.launch.canary):
+            return "canary"  # a canary's wrong output is recorded with stage "validate"
         if self.stage == "validate":
+            return "validate"
+        return "after_load" if self.launch is not None and self.launch.loaded else "before_load"
+
+    @property
+    def caught(self) -> str:
+        when = self.when
+        if when == "scan":
+            return f"before any launch ({self.stage})"
+        if when == "canary":
+            return "by a canary run on a tiny model: a target load saved"
+        if when == "validate":
             return "by the validator, after a full run"
-        if self.launch is None or not self.launch.loaded:
+        if when == "before_load" or self.launch is None:
             return "by a crash before the load"
-        return f"by a crash after the load ({self.launch.load:.1f}s of load wasted)"
+        return f"by a crash after the load ({human_seconds(self.launch.load)} of target load wasted)"
+
+    @property
+    def said(self) -> str:
+        """The fault's type and whole message on one line (a trace is untrusted: bounded)."""
+        text = message_line(self.summary, MAX_SUMMARY_CHARS + 100)
+        return human_numbers(text) if self.stage == "validate" else text  # medic's own verdict, not a quote
 
 
 @dataclass
@@ -97,16 +126,50 @@ class Summary:
     problem: str | None = None
 
     @property
+    def targets(self) -> list[LaunchView]:
+        return [launch for launch in self.launches if not launch.canary]
+
+    @property
+    def canaries(self) -> list[LaunchView]:
+        return [launch for launch in self.launches if launch.canary]
+
+    @property
     def load_spent(self) -> float:
-        return sum(launch.load for launch in self.launches)
+        """Seconds spent loading the target model (canary runs load a tiny one: see ``canary_seconds``)."""
+        return sum(launch.load for launch in self.targets)
 
     @property
     def load_wasted(self) -> float:
-        return sum(launch.load for launch in self.launches if launch.wasted)
+        return sum(launch.load for launch in self.targets if launch.wasted)
+
+    @property
+    def canary_seconds(self) -> float:
+        return sum(launch.seconds or 0.0 for launch in self.canaries)
+
+    def loads(self) -> list[str]:
+        """Target loads and canary runs, each counted apart: a canary loads a tiny model, not the target."""
+        loaded, wasted = [t for t in self.targets if t.loaded], [t for t in self.targets if t.wasted]
+        out = [f"target loads: {len(loaded)} ({human_seconds(self.load_spent)}), wasted: {len(wasted)} "
+               f"({human_seconds(self.load_wasted)}: loads of target launches that then failed)"]
+        if self.canaries:
+            found = sum(1 for f in self.faults if f.when == "canary")
+            out.append(f"canary runs: {len(self.canaries)} ({human_seconds(self.canary_seconds)} in all, on a tiny "
+                       f"model); each of the {found} fault(s) found there saved a target load")
+        return out
+
+    def caught_counts(self) -> str:
+        counts = {when: sum(1 for f in self.faults if f.when == when) for when in CAUGHT}
+        parts = [f"{n} {CAUGHT[when]}" for when, n in counts.items() if n]
+        return f"{len(self.faults)} fault(s)" + (": " + ", ".join(parts) if parts else "") + "."
 
     @property
     def kept(self) -> list[PatchView]:
         return [p for p in self.patches if p.state == "applied"]
+
+
+CAUGHT = {"scan": "by the static scan before any launch", "canary": "by canary runs (no target load spent)",
+          "before_load": "by a target run before its load", "after_load": "by a crash after a target load",
+          "validate": "by the validator after a full target run"}
 
 
 def summarize(trace: Trace) -> Summary:
@@ -133,7 +196,7 @@ def summarize(trace: Trace) -> Summary:
             stage = str(d.get("stage") or "crash")
             out.faults.append(FaultView(
                 seq=len(out.faults) + 1, stage=stage, summary=str(d.get("summary", "")), at=at,
-                launch=current if stage not in BEFORE_LOAD_STAGES else None, proc=d.get("proc"),
+                launch=current if stage not in BEFORE_LAUNCH_STAGES else None, proc=d.get("proc"),
                 frames=[str(f) for f in d.get("frames") or []], repeated=bool(d.get("repeated"))))
         elif ev.kind == "candidate":
             pid = str(d.get("patch_id"))
@@ -143,10 +206,13 @@ def summarize(trace: Trace) -> Summary:
         elif ev.kind in ("applied", "patch_refused", "reverted"):
             pid = str(d.get("patch_id"))
             patch = by_id.get(pid)
-            if patch is None:  # applied without a recorded candidate (approve-mode edit): still show it
+            if patch is None:  # applied without a candidate (an approve-mode edit, the old scan loop): show it
                 patch = by_id[pid] = PatchView(id=pid, origin=str(d.get("origin", "")), rationale="",
-                                               diff=str(d.get("diff", "")), at=at, fault=None)
+                                               diff=str(d.get("diff", "")), at=at,
+                                               fault=out.faults[-1] if out.faults else None)
                 out.patches.append(patch)
+            # the reason is on the candidate or on the applied event (the scan recorded only the latter)
+            patch.rationale = patch.rationale or str(d.get("rationale") or "")
             patch.state = {"applied": "applied", "patch_refused": "refused", "reverted": "reverted"}[ev.kind]
             patch.why = str(d.get("why", ""))
             if ev.kind == "applied":
@@ -165,9 +231,10 @@ def _num(value: Any, default: float) -> float:
         return default
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return (first[:limit] + "…") if len(first) > limit else first
+def rationale(p: PatchView) -> str:
+    if p.rationale:
+        return p.rationale
+    return "(no rationale recorded" + (f"; the fault it fixes: `{p.fault.said}`)" if p.fault else ")")
 
 
 def _cell(text: str) -> str:
@@ -176,50 +243,47 @@ def _cell(text: str) -> str:
 
 def postmortem_markdown(trace: Trace) -> str:
     s = summarize(trace)
+    kinds = f" ({len(s.targets)} target, {len(s.canaries)} canary)" if s.canaries else ""
     out = [f"# Postmortem: medic session {s.session}", "",
-           f"**{s.outcome}** — {s.detail}", "",
-           f"- wall clock: {s.duration:.1f}s, {len(s.launches)} launch(es), {len(s.faults)} fault(s), "
-           f"{len(s.kept)} patch(es) kept" + (f", resumed {s.resumes} time(s)" if s.resumes else ""),
-           f"- load time: {s.load_spent:.1f}s spent, {s.load_wasted:.1f}s wasted "
-           "(loads of launches that then failed)"]
+           f"**{s.outcome}** — {human_numbers(s.detail)}", "",
+           f"- wall clock: {human_seconds(s.duration)}, {len(s.launches)} launch(es){kinds}, {len(s.faults)} "
+           f"fault(s), {len(s.kept)} patch(es) kept" + (f", resumed {s.resumes} time(s)" if s.resumes else ""),
+           *[f"- {line}" for line in s.loads()]]
     if s.problem:
         out.append(f"- **warning:** {s.problem}")
-    out += [f"- warning: {w}" for w in s.warnings]
-    out += ["", "## Timeline", "", "| # | start | seconds | phases | outcome | faults | patches after |",
+    out += [f"- warning: {human_numbers(w)}" for w in s.warnings]
+    out += ["", "## Timeline", "", "| # | start | time | phases | outcome | faults | patches after |",
             "|---|---|---|---|---|---|---|"]
     for launch in s.launches:
-        phases = ", ".join(f"{k} @{v:.1f}s" for k, v in launch.phases.items()) or "-"
+        phases = ", ".join(f"{k} @{human_seconds(v)}" for k, v in launch.phases.items()) or "-"
         faults = ", ".join(str(f.seq) for f in s.faults if f.launch is launch) or "-"
         nxt = s.launches[launch.seq].start if launch.seq < len(s.launches) else float("inf")
         after = ", ".join(p.id for p in s.patches if p.state != "proposed" and launch.start < p.at < nxt) or "-"
-        secs = f"{launch.seconds:.1f}" if launch.seconds is not None else "?"
-        label = f"{launch.seq} (L{launch.n}{', reattached' if launch.reattached else ''})"
-        out.append(f"| {label} | +{launch.start:.1f}s | {secs} | {phases} | {_cell(launch.outcome)} | "
-                   f"{faults} | {after} |")
-    before = [f for f in s.faults if not f.caught.startswith("by a crash after")]
-    out += ["", "## Faults", "",
-            f"{len(before)} caught before any model load was wasted, "
-            f"{len(s.faults) - len(before)} by a crash after a load.", ""]
+        label = f"{launch.seq} (L{launch.n}{' canary' if launch.canary else ''}" \
+                f"{', reattached' if launch.reattached else ''})"
+        out.append(f"| {label} | +{human_seconds(launch.start)} | {human_seconds(launch.seconds)} | {phases} | "
+                   f"{_cell(launch.outcome)} | {faults} | {after} |")
+    out += ["", "## Faults", "", s.caught_counts(), ""]
     for f in s.faults:
         where = f" at `{f.frames[-1]}`" if f.frames else ""
         proc = f" in `{f.proc}`" if f.proc else ""
         which = f" launch {f.launch.seq}" if f.launch else ""
-        out.append(f"{f.seq}. [{f.stage}]{which}: `{_one_line(f.summary)}`{proc}{where} — caught {f.caught}"
+        out.append(f"{f.seq}. [{f.stage}]{which}: `{f.said}`{proc}{where} — caught {f.caught}"
                    + (" (repeated right after its patch)" if f.repeated else ""))
     out += ["", "## Patches", ""]
     for p in s.patches:
         fault = f" for fault {p.fault.seq}" if p.fault else ""
         out += [f"### {p.id} — {p.origin}{fault}: {p.state}" + (f" ({p.why})" if p.why else ""), "",
-                p.rationale or "(no rationale recorded)", "", "```diff", p.diff.rstrip(), "```", ""]
+                rationale(p), "", "```diff", p.diff.rstrip(), "```", ""]
     out += ["## Verifications", ""]
     for c in s.checks:
         when = {"before": "before launch", "during_load": "during load"}.get(str(c.get("when")), str(c.get("when")))
         who = f" {c['patch_id']}" if c.get("patch_id") else f" launch {c.get('launch', '?')}"
-        out.append(f"- {'ok' if c.get('ok') else 'FAILED'} [{when}]{who}: {c.get('check', '')} — "
-                   f"{_one_line(str(c.get('detail', '')), 160)}")
+        detail = message_line(human_numbers(str(c.get("detail", ""))), 160)
+        out.append(f"- {'ok' if c.get('ok') else 'FAILED'} [{when}]{who}: {c.get('check', '')} — {detail}")
     out += ["", "## Final diffs (applied, not reverted)", ""]
     out += [f"```diff\n{p.diff.rstrip()}\n```\n" for p in s.kept] or ["(none)", ""]
-    out += ["## What is left", "", f"{s.outcome}: {s.detail}" if s.outcome != "verified" else
+    out += ["## What is left", "", f"{s.outcome}: {human_numbers(s.detail)}" if s.outcome != "verified" else
             "nothing: the output was verified against the reference."]
     return "\n".join(out) + "\n"
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from html import escape
 
-from agent.postmortem import Summary, summarize
+from agent.postmortem import Summary, rationale, summarize
+from agent.report import human_numbers, human_seconds
 from agent.tracefile import Trace
 
 OUTCOME_COLOURS = {"exited": "#2e9e44", "crashed": "#d33c3c", "timeout": "#e08a00"}
@@ -48,19 +49,20 @@ def timeline_svg(s: Summary, width: int = 1100) -> str:
     for launch in s.launches:
         y = top + (launch.seq - 1) * row
         x, w = left + launch.start * scale, max((launch.seconds or 0.5) * scale, 2.0)
-        title = escape(f"launch {launch.seq} (L{launch.n}): {launch.outcome}, {launch.seconds or 0:.1f}s, "
-                       f"load {launch.load:.1f}s")
-        parts.append(f'<text x="4" y="{y + 14}" fill="#333">launch {launch.seq}</text>'
+        title = escape(f"{launch.kind} launch {launch.seq} (L{launch.n}): {launch.outcome}, "
+                       f"{human_seconds(launch.seconds)}, load {human_seconds(launch.load)}")
+        name = "canary" if launch.canary else "launch"
+        parts.append(f'<text x="4" y="{y + 14}" fill="#333">{name} {launch.seq}</text>'
                      f'<rect class="bar" x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row - 8}" rx="3" '
                      f'fill="{_colour(launch.outcome)}"><title>{title}</title></rect>')
         if launch.load:
             parts.append(f'<rect x="{x:.1f}" y="{y + row - 12}" width="{launch.load * scale:.1f}" height="4" '
-                         f'fill="#1d1d1f" opacity="0.35"><title>load {launch.load:.1f}s</title></rect>')
+                         f'fill="#1d1d1f" opacity="0.35"><title>load {human_seconds(launch.load)}</title></rect>')
     for f in s.faults:
         y = top + ((f.launch.seq - 1) if f.launch else 0) * row
         x = left + f.at * scale
         parts.append(f'<line class="fault" x1="{x:.1f}" y1="{y - 3}" x2="{x:.1f}" y2="{y + row - 5}" '
-                     f'stroke="#7a0000" stroke-width="3"><title>{escape(f"fault {f.seq}: {f.summary}")}</title></line>')
+                     f'stroke="#7a0000" stroke-width="3"><title>{escape(f"fault {f.seq}: {f.said}")}</title></line>')
     for p in s.patches:
         if p.state == "proposed":
             continue
@@ -89,36 +91,37 @@ def postmortem_html(trace: Trace) -> str:
     e = escape
     body = [f"<h1>Postmortem: medic session {e(s.session)}</h1>",
             f'<p><span class="outcome {"verified" if s.outcome == "verified" else "other"}">{e(s.outcome)}</span> '
-            f"{e(s.detail)}</p>",
-            f"<p>{s.duration:.1f}s wall clock, {len(s.launches)} launch(es), {len(s.faults)} fault(s), "
-            f"{len(s.kept)} patch(es) kept; load time {s.load_spent:.1f}s spent, {s.load_wasted:.1f}s wasted.</p>"]
+            f"{e(human_numbers(s.detail))}</p>",
+            f"<p>{human_seconds(s.duration)} wall clock, {len(s.launches)} launch(es), {len(s.faults)} fault(s), "
+            f"{len(s.kept)} patch(es) kept.</p>", f"<p>{e('; '.join(s.loads()))}.</p>"]
     if s.problem:
         body.append(f'<p class="warn">{e(s.problem)}</p>')
-    body += [f'<p class="warn">warning: {e(w)}</p>' for w in s.warnings]
+    body += [f'<p class="warn">warning: {e(human_numbers(w))}</p>' for w in s.warnings]
     body += ["<h2>Timeline</h2>", timeline_svg(s),
-             "<table><tr><th>#</th><th>start</th><th>seconds</th><th>phases</th><th>outcome</th></tr>"]
+             "<table><tr><th>#</th><th>kind</th><th>start</th><th>time</th><th>phases</th><th>outcome</th></tr>"]
     for launch in s.launches:
-        phases = ", ".join(f"{k} @{v:.1f}s" for k, v in launch.phases.items()) or "-"
-        body.append(f"<tr><td>{launch.seq} (L{launch.n})</td><td>+{launch.start:.1f}s</td>"
-                    f"<td>{launch.seconds or 0:.1f}</td><td>{e(phases)}</td><td>{e(launch.outcome)}</td></tr>")
-    body += ["</table>", "<h2>Faults</h2>", "<table><tr><th>#</th><th>stage</th><th>root cause</th>"
-             "<th>where</th><th>caught</th></tr>"]
+        phases = ", ".join(f"{k} @{human_seconds(v)}" for k, v in launch.phases.items()) or "-"
+        body.append(f"<tr><td>{launch.seq} (L{launch.n})</td><td>{e(launch.kind)}</td>"
+                    f"<td>+{human_seconds(launch.start)}</td><td>{human_seconds(launch.seconds)}</td>"
+                    f"<td>{e(phases)}</td><td>{e(launch.outcome)}</td></tr>")
+    body += ["</table>", "<h2>Faults</h2>", f"<p>{e(s.caught_counts())}</p>",
+             "<table><tr><th>#</th><th>stage</th><th>root cause</th><th>where</th><th>caught</th></tr>"]
     for f in s.faults:
-        body.append(f"<tr><td>{f.seq}</td><td>{e(f.stage)}</td><td>{e(f.summary)}</td>"
+        body.append(f"<tr><td>{f.seq}</td><td>{e(f.stage)}</td><td>{e(f.said)}</td>"
                     f"<td>{e(f.frames[-1] if f.frames else '')}</td><td>{e(f.caught)}</td></tr>")
     body += ["</table>", "<h2>Patches</h2>"]
     for p in s.patches:
         fault = f" for fault {p.fault.seq}" if p.fault else ""
         body += [f"<h3>{e(p.id)} — {e(p.origin)}{fault}: {e(p.state)}</h3>",
-                 f"<p>{e(p.rationale or '(no rationale recorded)')}</p>", diff_html(p.diff)]
+                 f"<p>{e(rationale(p))}</p>", diff_html(p.diff)]
     body += ["<h2>Verifications</h2>", "<ul>"]
     for c in s.checks:
         body.append(f"<li>{'ok' if c.get('ok') else '<b>FAILED</b>'} [{e(str(c.get('when', '')))}] "
-                    f"{e(str(c.get('check', '')))}: {e(str(c.get('detail', ''))[:200])}</li>")
+                    f"{e(str(c.get('check', '')))}: {e(human_numbers(str(c.get('detail', '')))[:200])}</li>")
     body += ["</ul>", "<h2>Final diffs (applied, not reverted)</h2>",
              *([diff_html(p.diff) for p in s.kept] or ["<p>(none)</p>"]),
              "<h2>What is left</h2>",
-             f"<p>{e(s.detail) if s.outcome != 'verified' else 'nothing: the output was verified.'}</p>"]
+             f"<p>{e(human_numbers(s.detail)) if s.outcome != 'verified' else 'nothing: the output was verified.'}</p>"]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             f"<title>medic postmortem {e(s.session)}</title><style>{CSS}</style></head><body>"

@@ -16,9 +16,10 @@ What it does NOT re-execute: anything that needs the target. Launches, log parsi
 fault, not the log), the candidate search (playbooks and derived repairs read the target's source, which a
 trace does not record), applying patches, running checks and the validator. Their recorded results are taken
 as given; replay checks what today's code DECIDES from them. A run_end cut off by a medic crash (the next
-event is a resume) has no observed successor and is not compared. Scan-node events only rebuild state (the
-scan patches in a loop of its own, no router). A canary's verified output is recorded as ``canary_passed``
-(traces written before that event existed replay their canary sessions with a divergence at that point).
+event is a resume) has no observed successor and is not compared. The scan is a node like the others: its
+findings are faults whose router (after_scan) is compared like any other. A canary's verified output is
+recorded as ``canary_passed`` (traces written before that event existed replay their canary sessions with a
+divergence at that point).
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ from agent.tracefile import Event, Trace, read_trace
 from tools.errors import TraceError
 
 # which node an event shows ran; the first of these after a decision is what the session did
-NODE_OF = {"launch": "launch", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",
+NODE_OF = {"launch": "launch", "scan": "scan", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",
            "approval": "approve", "policy": "approve", "applied": "apply", "patch_refused": "apply",
            "reverted": "revert", "confirm": "confirm",
            "validate": "validate", "exit": "report"}
 # a node that may record nothing: the trace then shows what came after it
-SILENT = {"verify": ("launch", "confirm", "revert", "report")}
+SILENT = {"verify": ("scan", "launch", "confirm", "revert", "report"), "budget_stop": ("report",)}
 
 
 @dataclass
@@ -68,8 +69,7 @@ class _Replay:
         self.env_expected: list[str] = []
         self.divergence: str | None = None
         self.now = 0.0
-        self.faults_kept = 0  # fault events the state keeps: all but scan findings left unpatched
-        self.scan_fault: dict[str, Any] | None = None
+        self.faults_kept = 0  # fault events the state keeps
         self.deps = SimpleNamespace(config=self.config, clock=lambda: self.now)
 
     def differ(self, ev: Event, what: str) -> None:
@@ -78,7 +78,7 @@ class _Replay:
 
     def expect(self, ev: Event, router: str, chosen: str, rest: list[Event]) -> None:
         """Compare the router's choice with the node the trace shows ran next."""
-        seen = next((NODE_OF.get(e.kind, e.kind) for e in rest if e.kind in NODE_OF or e.kind == "resume"), None)
+        seen = next((node_of(e) for e in rest if e.kind in NODE_OF or e.kind == "resume"), None)
         if seen in (None, "resume"):
             return  # medic stopped here: nothing was observed to compare with
         self.compared += 1
@@ -88,13 +88,14 @@ class _Replay:
     def step(self, i: int, ev: Event) -> None:
         s, d, rest = self.state, ev.data, self.trace.events[i + 1:]
         self.now = ev.ts
-        if ev.node == "scan":  # the scan node patches in a loop of its own: no router runs inside it
-            return self.scan(ev)
         if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
             s.clear()
             s.update(preflight={k: d.get(k) for k in ("versions", "site_packages", "roots", "warnings", "canary")},
                      started=ev.ts, launches=[], faults=[], patches=[], verifications=[], tried=[],
                      pending_checks=[], session_id=self.config.session_id)
+        elif ev.kind == "scan":  # the scan has nothing left: the first launch is next
+            s.update(scan_done=True, fault=None, proposal=None, candidates=[])
+            self.expect(ev, "after_scan", graph.after_scan(s), rest)  # type: ignore[arg-type]
         elif ev.kind == "launch":
             record = {"n": d.get("n"), "kind": d.get("kind", "target"), "run_dir": d.get("run_dir"),
                       "started": ev.ts, "exit_code": None, "phases": {}, "checks_during_load": []}
@@ -107,7 +108,7 @@ class _Replay:
             run = dict(s.get("run") or {})
             phases = dict(d.get("phases") or {})
             run.update(outcome=d.get("outcome") or "", exit_code=d.get("exit_code"), ended=ev.ts, phases=phases,
-                       load_seconds=load_seconds(phases))
+                       load_seconds=load_seconds(phases), failed_patch=d.get("failed_patch"))
             s["run"], s["launches"] = run, [*s.get("launches", [])[:-1], run]
             s["pending_checks"] = []  # watch clears them whether they ran or not
             self.expect(ev, "after_watch", graph.after_watch(s), rest)  # type: ignore[arg-type]
@@ -120,7 +121,9 @@ class _Replay:
             s.pop("outcome", None)
             self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)  # type: ignore[arg-type]
         elif ev.kind == "no_repair":
-            s.update(proposal=None, outcome="no_repair", outcome_detail=f"{d.get('fault')} — {d.get('why')}")
+            s.update(proposal=None)
+            if not d.get("left_for"):  # a scan finding with no repair is left for the runs, not the end
+                s.update(outcome="no_repair", outcome_detail=f"{d.get('fault')} — {d.get('why')}")
             self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)  # type: ignore[arg-type]
         elif ev.kind == "approval_answer" and d.get("action") == "reject":
             s.update(proposal=None, tried=[*s.get("tried", []), d.get("patch_id")])
@@ -131,13 +134,15 @@ class _Replay:
             self.applied(ev, rest)
         elif ev.kind == "reverted":
             patches = list(s.get("patches", []))
-            if patches and patches[-1]["patch"]["id"] == d.get("patch_id"):
-                patches.pop()
+            culprit = (s.get("run") or {}).get("failed_patch")
+            at = next((i for i, p in enumerate(patches) if p["patch"]["id"] == culprit), len(patches) - 1)
+            if patches and patches[at]["patch"]["id"] == d.get("patch_id"):
+                patches.pop(at)
             else:
-                self.differ(ev, f"revert undid {d.get('patch_id')}, but the last kept patch is "
-                                f"{patches[-1]['patch']['id'] if patches else 'none'}")
+                self.differ(ev, f"revert undid {d.get('patch_id')}, but revert would undo "
+                                f"{patches[at]['patch']['id'] if patches else 'none'}")
             s.update(patches=patches, tried=[*s.get("tried", []), d.get("patch_id")], proposal=None,
-                     pending_checks=[])
+                     pending_checks=[c for c in s.get("pending_checks", []) if c.get("patch_id") != d.get("patch_id")])
         elif ev.kind == "validate":
             nxt = rest[0] if rest else None
             wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
@@ -156,21 +161,6 @@ class _Replay:
         elif ev.kind == "exit":
             self.exit(ev)
         return None
-
-    def scan(self, ev: Event) -> None:
-        s, d = self.state, ev.data
-        if ev.kind == "fault":
-            exc_type, _, message = str(d.get("summary", "")).partition(": ")
-            self.scan_fault = {"stage": "scan", "exc_type": exc_type, "message": message, "launch": None,
-                               "frames": [_frame(f) for f in d.get("frames") or []], "repeated": False}
-        elif ev.kind == "applied" and self.scan_fault is not None:
-            s["faults"] = [*s.get("faults", []), self.scan_fault]
-            s["patches"] = [*s.get("patches", []), {
-                "patch": {"id": d.get("patch_id"), "files": _files(str(d.get("diff") or ""))},
-                "origin": d.get("origin"), "rationale": "", "evidence": [], "checks": [],
-                "fault_index": len(s["faults"]) - 1}]
-            self.faults_kept += 1
-            self.scan_fault = None
 
     def fault(self, ev: Event, rest: list[Event]) -> None:
         s, d = self.state, ev.data
@@ -195,6 +185,9 @@ class _Replay:
             s["tried"] = []
         if ev.node == "validate":
             self.expect(ev, "after_validate", graph.after_validate(s), rest)  # type: ignore[arg-type]
+        elif ev.node == "scan":
+            s["scan_attempted"] = [*s.get("scan_attempted", []), d.get("fingerprint")]
+            self.expect(ev, "after_scan", graph.after_scan(s), rest)  # type: ignore[arg-type]
         else:
             self.expect(ev, "after_diagnose", graph.after_diagnose(s), rest)  # type: ignore[arg-type]
 
@@ -219,8 +212,10 @@ class _Replay:
         if ran != before[: len(ran)] or (len(ran) < len(before) and not stopped):
             self.differ(ev, f"verify would run {before}; the trace shows {ran}")
         # verify leaves the during-load checks to the next launch only when every check so far passed
-        later = [c for c in proposal.get("checks", []) if c.get("when") == "during_load"]
-        s["pending_checks"] = [] if stopped else later
+        waiting = {check_from_dict(c).describe() for c in s.get("pending_checks", [])}
+        later = [{**c, "patch_id": d.get("patch_id")} for c in proposal.get("checks", [])
+                 if c.get("when") == "during_load" and check_from_dict(c).describe() not in waiting]
+        s["pending_checks"] = [*s.get("pending_checks", []), *([] if stopped else later)]
         after = {**s, "verifications": [*s.get("verifications", []), *(dict(e.data) for e in ran_events)]}
         self.now = ran_events[-1].ts if ran_events else ev.ts
         self.expect(ev, "after_verify", graph.after_verify(after, self.deps),  # type: ignore[arg-type]
@@ -266,6 +261,13 @@ class _Replay:
             self.differ(ev, f"the report lists {listed} fault(s) and patches {heads}; the trace has "
                             f"{recorded} fault(s) and patches {ids}")
         return None
+
+
+def node_of(ev: Event) -> str:
+    """The node an event shows ran: a fault is diagnose's, unless the scan predicted it."""
+    if ev.kind == "fault" and ev.node == "scan":
+        return "scan"
+    return NODE_OF.get(ev.kind, ev.kind)
 
 
 def _until(events: list[Event], *kinds: str) -> list[Event]:

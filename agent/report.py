@@ -1,19 +1,65 @@
-"""The session report as markdown, from the graph state alone (so replay and postmortem can render it too)."""
+"""The session report as markdown, from the graph state alone (so replay and postmortem can render it too).
+
+People read it, so seconds and measured errors are rounded here (``human_seconds`` and ``human_numbers``, which
+the postmortem uses too); the state and the trace keep the full values.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+
 from agent.config import SessionConfig
 from agent.state import SessionState
+from tools.tracebacks import message_line
+
+# five or more decimals (0.0020738840103149414) is a measurement; versions, paths and ids never look like that
+_LONG_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d{5,}(?:[eE][-+]?\d+)?(?!\d|\.\d)")
+
+
+def human_seconds(seconds: float | None) -> str:
+    """12.3s under a minute, then 3m 54s, then 1h 02m."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    if round(seconds, 1) < 60:
+        return f"{seconds:.1f}s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m {whole % 60:02d}s"
+    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
+
+
+def human_number(value: float) -> str:
+    """Two significant digits under 1 (0.0020738840103149414 -> 0.0021), one decimal from 1 on."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    if abs(value) >= 1:
+        return f"{value:.1f}"
+    return f"{value:.{1 - math.floor(math.log10(abs(value)))}f}"
+
+
+def human_numbers(text: str) -> str:
+    """``text`` with each long decimal in it rounded by ``human_number``."""
+    return _LONG_NUMBER.sub(lambda match: human_number(float(match.group())), text)
+
+
+def fault_line(exc_type: object, message: str, stage: object) -> str:
+    """A fault's type and its whole message on one line; medic's own verdicts (validate) rounded for people."""
+    text = f"{exc_type}: {message_line(message)}"
+    return human_numbers(text) if stage == "validate" else text
 
 
 def render_report(state: SessionState, config: SessionConfig) -> str:
     launches = state.get("launches") or []
     faults = state.get("faults") or []
     patches = state.get("patches") or []
+    canaries = sum(1 for launch in launches if launch.get("kind") == "canary")
+    kinds = f" ({len(launches) - canaries} target, {canaries} canary)" if canaries else ""
     out = [f"# medic session {config.session_id}", "",
-           f"**Outcome: {state.get('outcome') or 'unfinished'}** — {state.get('outcome_detail') or ''}", "",
+           f"**Outcome: {state.get('outcome') or 'unfinished'}** — {human_numbers(state.get('outcome_detail') or '')}",
+           "",
            f"- target: `{' '.join(config.target.command)}` on {config.target.host}",
-           f"- launches: {len(launches)} (budget {config.budgets.max_launches})",
+           f"- launches: {len(launches)}{kinds} (budget {config.budgets.max_launches})",
            f"- faults: {len(faults)}, patches kept: {len(patches)}", ""]
     versions = (state.get("preflight") or {}).get("versions") or {}
     if versions:
@@ -23,25 +69,28 @@ def render_report(state: SessionState, config: SessionConfig) -> str:
         frames = fault.get("frames") or []
         where = f" at `{frames[-1]['file'].split('site-packages/')[-1]}:{frames[-1]['line']}`" if frames else ""
         proc = f" in `{fault['proc']}`" if fault.get("proc") else ""
-        first = (fault.get("message") or "").strip().splitlines()[:1]
-        out.append(f"{i}. [{fault.get('stage')}] launch {fault.get('launch') or '-'}: "
-                   f"`{fault.get('exc_type')}: {first[0] if first else ''}`{proc}{where}")
+        line = fault_line(fault.get("exc_type"), fault.get("message") or "", fault.get("stage"))
+        out.append(f"{i}. [{fault.get('stage')}] launch {fault.get('launch') or '-'}: `{line}`{proc}{where}")
     out += ["", "## Patches", ""]
     for p in patches:
-        out += [f"### {p['patch']['id']} ({p['origin']})", "", p["rationale"], ""]
+        out += [f"### {p['patch']['id']} ({p['origin']})", "", p.get("rationale") or "(no rationale recorded)", ""]
         if p.get("evidence"):
             out += ["Evidence read:", "", *[f"- `{e[:200]}`" for e in p["evidence"]], ""]
         out += ["```diff", "".join(f["diff"] for f in p["patch"]["files"]).rstrip(), "```", ""]
-    out += ["## Launches", "", "| # | outcome | exit | seconds | load s | phases |", "|---|---|---|---|---|---|"]
+    out += ["## Launches", "", "| # | kind | outcome | exit | time | load | phases |", "|---|---|---|---|---|---|---|"]
     for launch in launches:
         secs = (launch.get("ended") or 0) - (launch.get("started") or 0)
-        phases = ", ".join(f"{k} @{v:.0f}s" for k, v in (launch.get("phases") or {}).items())
-        out.append(f"| {launch.get('n')} | {launch.get('outcome')} | {launch.get('exit_code')} | "
-                   f"{max(secs, 0):.1f} | {launch.get('load_seconds') or '-'} | {phases} |")
+        load = launch.get("load_seconds")
+        phases = ", ".join(f"{k} @{human_seconds(v)}" for k, v in (launch.get("phases") or {}).items())
+        out.append(f"| {launch.get('n')} | {launch.get('kind') or 'target'} | {launch.get('outcome')} | "
+                   f"{launch.get('exit_code')} | {human_seconds(max(secs, 0))} | "
+                   f"{human_seconds(load) if load else '-'} | {phases} |")
     checks = state.get("verifications") or []
     if checks:
         out += ["", "## Verifications", ""]
-        out += [f"- {'ok' if v['ok'] else 'FAILED'} [{v['when']}] {v['check']}: {v['detail'][:160]}" for v in checks]
+        out += [f"- {'ok' if v['ok'] else 'FAILED'} [{v['when']}] {v['check']}: {human_numbers(v['detail'])[:160]}"
+                for v in checks]
     if state.get("outcome") != "verified":
-        out += ["", "## What is left", "", state.get("outcome_detail") or "the session did not finish"]
+        out += ["", "## What is left", "",
+                human_numbers(state.get("outcome_detail") or "") or "the session did not finish"]
     return "\n".join(out) + "\n"

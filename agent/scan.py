@@ -6,7 +6,8 @@ Rules (each ``(ctx, sources) -> faults`` over the fixable packages' modules the 
 - signatures: calls to names imported from a library — unexpected keywords, missing required arguments (a
   dataclass or pydantic field without a default counts);
 - protocol steps, return shapes, CUDA-only calls on a CUDA-less target (agent/scan_rules.py);
-- methods grafted onto library objects that call members the object's class lacks (agent/scan_members.py).
+- methods grafted onto library objects that call members the object's class lacks (agent/scan_members.py);
+- the library's startup checks on the job's environment, for the target's device (agent/scan_env.py).
 What it cannot see: state (an assertion deep in the library), values; the canary and the load-time checks
 are for those.
 """
@@ -18,7 +19,8 @@ from collections.abc import Callable
 
 from agent.repair.context import read_source
 from agent.repair.edits import Source, callee_name
-from agent.repair.types import Fault, FrameRef, RepairContext
+from agent.repair.types import Fault, Finding, FrameRef, RepairContext
+from agent.scan_env import environment_drift
 from agent.scan_members import grafted_member_drift
 from agent.scan_rules import device_drift, protocol_drift, shape_drift
 from tools import source as src_tools
@@ -93,7 +95,8 @@ def drift_at(src: Source, call: ast.Call, name: str, sig: src_tools.Signature) -
     for kw in call.keywords:
         if kw.arg and kw.arg not in names and not takes_any:
             found.append(Fault("scan", "TypeError", f"{name}() got an unexpected keyword argument '{kw.arg}'",
-                               (frame,), fingerprint=f"scan:{name}:{kw.arg}"))
+                               (frame,), fingerprint=f"scan:{name}:{kw.arg}",
+                               finding=Finding("unexpected_kwarg", callee=name, name=kw.arg)))
     positional = [p for p in params if p.kind in ("positional_only", "positional_or_keyword")]
     if any(p.kind == "var_positional" for p in params):
         return found
@@ -102,10 +105,11 @@ def drift_at(src: Source, call: ast.Call, name: str, sig: src_tools.Signature) -
                and p.name not in given]
     for param in missing:
         found.append(Fault("scan", "TypeError", f"{name}() missing 1 required positional argument: '{param}'",
-                           (frame,), fingerprint=f"scan:{name}:{param}"))
+                           (frame,), fingerprint=f"scan:{name}:{param}",
+                           finding=Finding("missing_argument", callee=name, name=param)))
     return found
 
 
 RULES: tuple[Callable[[RepairContext, list[Source]], list[Fault]], ...] = (
-    signature_drift, protocol_drift, shape_drift, device_drift, grafted_member_drift,
+    environment_drift, signature_drift, protocol_drift, shape_drift, device_drift, grafted_member_drift,
 )

@@ -14,7 +14,7 @@ import re
 
 from agent.repair.context import library_definitions, module_of, read_source
 from agent.repair.edits import Source, assignment_before
-from agent.repair.types import Fault, FrameRef, RepairContext
+from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
 
@@ -51,7 +51,8 @@ def grafted_member_drift(ctx: RepairContext, sources: list[Source]) -> list[Faul
                         "scan", "AttributeError", f"'{owner[1]}' object has no attribute '{node.func.attr}'",
                         (frame,), fingerprint=f"scan:graft:{src.path}:{fn.name}:{node.func.attr}",
                         log_excerpt=f"predicted by the scan: {fn.name} is grafted onto {owner[0]}:{owner[1]} "
-                                    f"(types.MethodType at {src.path}:{call.lineno})"))
+                                    f"(types.MethodType at {src.path}:{call.lineno})",
+                        finding=Finding("grafted_member", callee=owner[1], name=node.func.attr)))
     return faults
 
 

@@ -5,7 +5,9 @@
 - return shape: we index ``[0]`` the result of a library call whose callers in the library (passing our
   keywords) all use it whole: the call now returns one value, and ``[0]`` takes a piece of it.
 - device: a ``torch.cuda`` call with constant arguments, not under a device test, is evaluated in the target
-  env when that env has no CUDA device; the error it raises there is the one the run would raise.
+  env when that env has no CUDA device; the error it raises there is the one the run would raise. The call
+  graph is followed one call into the fixable code (agent/repair/callgraph.py): a helper's call whose
+  arguments are its parameters is evaluated with the constants our call passes, and reported with both frames.
 
 Each finding is a Fault the repair engine already knows how to fix (the runtime error, or the shape drift's
 own message), pointing at our line.
@@ -14,9 +16,11 @@ own message), pointing at our line.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 from collections.abc import Iterator
 
+from agent.repair.callgraph import bind_constants, reached
 from agent.repair.context import read_source
 from agent.repair.derived_dataflow import (
     MUST_CALL,
@@ -24,8 +28,9 @@ from agent.repair.derived_dataflow import (
     indexed_call_result,
     library_indexes_result,
 )
+from agent.repair.derived_values import Substitute
 from agent.repair.edits import Source, callee_name
-from agent.repair.types import Fault, FrameRef, RepairContext
+from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
 
@@ -91,7 +96,8 @@ def protocol_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
                 if ours and not any(callee_name(c) == nxt for c in calls):
                     faults.append(Fault("scan", "RuntimeError", message, (frame_at(src, func, ours[0].lineno),),
                                         fingerprint=f"scan:protocol:{prev}:{nxt}:{src.path}:{func.name}",
-                                        log_excerpt=f"predicted by the scan: the library raises this at {where}"))
+                                        log_excerpt=f"predicted by the scan: the library raises this at {where}",
+                                        finding=Finding("protocol_step", callee=prev, name=nxt, detail=where)))
     return faults
 
 
@@ -118,32 +124,67 @@ def shape_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
                            f"`{src.segment(subscript)}` indexes it")
                 faults.append(Fault("scan", "ReturnShapeDrift", message, (frame_at(src, func, node.lineno),),
                                     fingerprint=f"scan:shape:{src.path}:{src.segment(subscript)}",
-                                    log_excerpt="\n".join(ctx.memo[key])))
+                                    log_excerpt="\n".join(ctx.memo[key]),
+                                    finding=Finding("return_shape", callee=callee_name(call) or "",
+                                                    name=src.segment(subscript))))
     return faults
 
 
 # -- device ------------------------------------------------------------------------------------------------
+def guarded_nodes(func: Function) -> set[int]:
+    """Nodes under an ``if``/``try`` that already deals with the device (or after an early ``return``/``raise``
+    on a device test)."""
+    guarded: set[int] = set()
+    for node in ast.walk(func):
+        tests_device = isinstance(node, ast.If | ast.IfExp | ast.While) and any(
+            word in ast.unparse(node.test) for word in DEVICE_TESTS)
+        if tests_device or (isinstance(node, ast.Try) and node.handlers):
+            guarded |= {id(n) for n in ast.walk(node)}
+        if tests_device and isinstance(node, ast.If) and isinstance(node.body[-1], ast.Return | ast.Raise):
+            guarded |= {id(n) for n in ast.walk(func) if getattr(n, "lineno", 0) > (node.end_lineno or 0)}
+    return guarded
+
+
+def device_call_exprs(func: Function, bound: dict[str, ast.expr]) -> Iterator[tuple[ast.Call, str]]:
+    """Unguarded ``torch.cuda.<f>(...)`` calls of ``func`` whose arguments are constants, or parameters ``bound``
+    to constants: each with the expression to evaluate."""
+    guarded = guarded_nodes(func)
+    for node in ast.walk(func):
+        if (isinstance(node, ast.Call) and id(node) not in guarded and isinstance(node.func, ast.Attribute)
+                and ast.unparse(node.func.value) == "torch.cuda"
+                and all(isinstance(a, ast.Constant) or (isinstance(a, ast.Name) and a.id in bound)
+                        for a in [*node.args, *(k.value for k in node.keywords)])):
+            yield node, ast.unparse(Substitute(bound).visit(copy.deepcopy(node)))
+
+
 def device_calls(src: Source) -> Iterator[tuple[Function, ast.Call, str]]:
-    """``torch.cuda.<f>(<constants>)`` calls not under an ``if``/``try`` that already deals with the device
-    (nor after an early ``return``/``raise`` on a device test)."""
+    """``torch.cuda.<f>(<constants>)`` calls written in ``src``, not under a device test."""
     for func in functions(src):
-        guarded: set[int] = set()
-        for node in ast.walk(func):
-            tests_device = isinstance(node, ast.If | ast.IfExp | ast.While) and any(
-                word in ast.unparse(node.test) for word in DEVICE_TESTS)
-            if tests_device or (isinstance(node, ast.Try) and node.handlers):
-                guarded |= {id(n) for n in ast.walk(node)}
-            if tests_device and isinstance(node, ast.If) and isinstance(node.body[-1], ast.Return | ast.Raise):
-                guarded |= {id(n) for n in ast.walk(func) if getattr(n, "lineno", 0) > (node.end_lineno or 0)}
-        for node in ast.walk(func):
-            if (isinstance(node, ast.Call) and id(node) not in guarded and isinstance(node.func, ast.Attribute)
-                    and ast.unparse(node.func.value) == "torch.cuda"
-                    and all(isinstance(a, ast.Constant) for a in [*node.args, *(k.value for k in node.keywords)])):
-                yield func, node, ast.unparse(node)
+        for call, expr in device_call_exprs(func, {}):
+            yield func, call, expr
+
+
+def helper_device_calls(ctx: RepairContext, src: Source) -> Iterator[tuple[tuple[FrameRef, ...], str, str]]:
+    """``torch.cuda`` calls one call away: in a fixable helper a function of ``src`` calls (not under a device
+    test), with the helper's parameters bound to the constants that call passes. (frames, where, expression)."""
+    for func in functions(src):
+        guarded = guarded_nodes(func)
+        for call, hsrc, helper in reached(ctx, src, func):
+            if id(call) in guarded or helper is func:
+                continue
+            method = isinstance(call.func, ast.Attribute) and ast.unparse(call.func.value) == "self"
+            for inner, expr in device_call_exprs(helper, bind_constants(helper, call, method=method)):
+                frames = (frame_at(src, func, call.lineno), frame_at(hsrc, helper, inner.lineno))
+                yield frames, f"{hsrc.path}:{helper.name}", expr
 
 
 def device_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
-    sites = [(src, func, call, expr) for src in sources for func, call, expr in device_calls(src)]
+    sites: list[tuple[tuple[FrameRef, ...], str, str]] = [
+        ((frame_at(src, func, call.lineno),), f"{src.path}:{func.name}", expr)
+        for src in sources for func, call, expr in device_calls(src)]
+    direct = {(f[0].file, f[0].line) for f, _, _ in sites}
+    sites += [site for src in sources for site in helper_device_calls(ctx, src) if (site[0][-1].file,
+              site[0][-1].line) not in direct]  # a helper the scan reads itself is reported where it calls
     exprs = sorted({expr for *_, expr in sites})
     key = f"device:{json.dumps(exprs)}"
     if not exprs:
@@ -154,12 +195,14 @@ def device_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
                      None)
         ctx.memo[key] = json.loads(reply)["raised"] if reply else {}
     faults: list[Fault] = []
-    for src, func, call, expr in sites:
+    for frames, where, expr in sites:
         raised = ctx.memo[key].get(expr)
-        if raised is None:
+        fingerprint = f"scan:device:{where}:{expr}"
+        if raised is None or any(f.fingerprint == fingerprint for f in faults):
             continue
         lib_frames = tuple(FrameRef(f, n, name, code) for f, n, name, code in raised["frames"])
-        faults.append(Fault("scan", raised["type"], raised["message"], (frame_at(src, func, call.lineno), *lib_frames),
-                            fingerprint=f"scan:device:{src.path}:{func.name}:{expr}",
-                            log_excerpt=f"predicted by the scan: `{expr}` raised this in the target env"))
+        faults.append(Fault("scan", raised["type"], raised["message"], (*frames, *lib_frames),
+                            fingerprint=fingerprint,
+                            log_excerpt=f"predicted by the scan: `{expr}` raised this in the target env",
+                            finding=Finding("device_call", callee=expr)))
     return faults

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -96,10 +97,44 @@ def connect_host(config: SessionConfig) -> Host:
     return SSHHost(target, config_path=os.environ.get("MEDIC_SSH_CONFIG"), trust_new_host=config.target.trust_new_host)
 
 
+def check_target(host: Host, config: SessionConfig) -> None:
+    """What a session would refuse later, refused before any of it exists: bad input leaves nothing behind."""
+    target = config.target
+    py = host.stat(target.python)
+    if py is None or stat.S_ISLNK(py.mode):  # a dangling symlink names nothing
+        raise UsageError(f"target python {target.python} does not exist on {host.name}: pass --python")
+    if py.is_dir or not py.mode & 0o111:
+        raise UsageError(f"target python {target.python} on {host.name} is not an executable file: pass --python")
+    work = host.stat(target.workdir)
+    if work is None or not work.is_dir:
+        raise UsageError(f"workdir {target.workdir} does not exist on {host.name} (or is not a folder): "
+                         "pass --workdir")
+    for extra in target.extra_patch_roots:  # preflight says the same for a resumed session
+        if not host.exists(extra):
+            raise UsageError(f"--patch-root {extra} does not exist on {host.name}")
+    traces = Path(config.traces_dir).resolve()
+    existing = next(p for p in (traces, *traces.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write the trace in {traces}: {existing} is not a writable folder")
+
+
+def connect_checked(config: SessionConfig) -> Host:
+    """The session's host, connected, with its python and workdir checked (an unknown host fails here too)."""
+    host = connect_host(config)
+    try:
+        check_target(host, config)
+    except BaseException:
+        host.close()
+        raise
+    return host
+
+
 def make_deps(config: SessionConfig, host: Host | None = None, view: View | None = None,
               engine: RepairEngine | None = None) -> Deps:
-    # secret-named variables of medic's environment and of the job's own
-    redactor = Redactor.from_environment({**os.environ, **config.target.env})
+    # secret-named variables of medic's environment and of the job's own; the job's paths are never secrets
+    t = config.target
+    keep = [t.python, t.workdir, t.model_dir or "", str(Path(config.traces_dir).resolve()), os.getcwd()]
+    redactor = Redactor.from_environment({**os.environ, **t.env}, keep=keep)
     host = host or connect_host(config)
     header = {"session": config.session_id, "config": json.loads(config.model_dump_json()), "host": host.name}
     trace = TraceWriter(Path(config.traces_dir) / f"{config.session_id}.jsonl", header, redactor)
@@ -111,11 +146,11 @@ def make_deps(config: SessionConfig, host: Host | None = None, view: View | None
     return deps
 
 
-
-def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None = None) -> tuple[str, dict[str, Any]]:
+def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None = None,
+                host: Host | None = None) -> tuple[str, dict[str, Any]]:
     """Drive the graph until it ends or waits for a person. Returns (outcome, final state values)."""
     with session_lock(config.session_id), checkpointer() as saver:
-        deps = deps or make_deps(config)
+        deps = deps or make_deps(config, host=host)
         graph = build_graph(deps, checkpointer=saver)
         thread = {"configurable": {"thread_id": config.session_id}, "recursion_limit": RECURSION_LIMIT}
         snapshot = graph.get_state(thread)

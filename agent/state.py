@@ -19,6 +19,7 @@ class LaunchRecord(TypedDict, total=False):
     phases: dict[str, float]  # phase -> seconds since launch when it began
     load_seconds: float | None
     checks_during_load: list[dict[str, Any]]
+    failed_patch: str | None  # the patch whose during-load check failed and stopped this launch
 
 
 class SessionState(TypedDict, total=False):
@@ -31,8 +32,11 @@ class SessionState(TypedDict, total=False):
     preflight: dict[str, Any]
     """What preflight found: versions, roots, site-packages, warnings."""
 
-    scan_findings: list[dict[str, Any]]
-    """Faults the static drift scan found before any launch (each a Fault as dict)."""
+    scan_attempted: list[str]
+    """Fingerprints of the scan's findings already handed to repair (fixed, or left for the runs)."""
+
+    scan_done: bool
+    """True once the scan has no finding left (or is off): the first launch may go ahead."""
 
     launches: list[LaunchRecord]
     """Every launch, in order."""

@@ -7,12 +7,14 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from tools.console import make_console
+
 QUIET_KINDS = {"tool", "log_chunk", "llm"}
 
 
 class View:
     def __init__(self, console: Console | None = None, quiet: bool = False) -> None:
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or make_console(stderr=True, highlight=False)
         self.quiet = quiet
         self._last_progress = -100.0
 

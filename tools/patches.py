@@ -19,12 +19,14 @@ from dataclasses import dataclass
 
 from tools.diffs import (
     NO_NEWLINE,
+    EnvEdit,
     FileDiff,
     FilePatch,
     Hunk,
     Patch,
     apply_hunks,
     decode_source,
+    env_patch,
     parse_diff,
     sha256,
     unified_diff,
@@ -32,10 +34,12 @@ from tools.diffs import (
 from tools.errors import MedicError, OutsideRoots, PatchDoesNotCompile, PatchError, StaleContext
 from tools.host import Host
 from tools.ledger import LedgerEntry, LedgerFile, ledger_entries, load_entry, save_entry
+from tools.revert_plan import plan_reverts
 
 __all__ = [
     "NO_NEWLINE",
     "ApplyResult",
+    "EnvEdit",
     "FileDiff",
     "FilePatch",
     "Hunk",
@@ -45,6 +49,7 @@ __all__ = [
     "RevertResult",
     "apply_hunks",
     "apply_patch",
+    "env_patch",
     "ledger_entries",
     "load_entry",
     "make_patch",
@@ -291,25 +296,13 @@ def revert_patch(host: Host, patch_id: str, *, ledger_dir: str) -> RevertResult:
 
 
 def revert_all(host: Host, ledger_dir: str, on_revert: Callable[[RevertResult], None] = lambda r: None) -> int:
-    """Revert every applied patch of a ledger, each file's newest patch first; returns how many.
+    """Revert every applied patch of a ledger, each file's newest patch first; returns how many. All or nothing.
 
-    The order comes from the files, not from clocks: a patch is on top when every one of its files holds its
-    ``sha256_after``. Patches stamped within one clock tick (the scan applies several in a second) or under a
-    clock that stepped back still come off in the order they went on.
+    The order comes from the files, not from clocks (tools/revert_plan.py): a patch is on top when every one of
+    its files holds its ``sha256_after``. The whole order is checked before the first write, so a patch under a
+    later session's patch, or a file edited by hand, refuses the revert with nothing reverted.
     """
     pending = [e for e in ledger_entries(host, ledger_dir) if e.state == "applied"]
-    count = len(pending)
-    # Read each file once; after a revert its content is known (sha256_before), so nothing is read again.
-    digests = {f.real_path: _digest_or_none(host, f.real_path) for e in pending for f in e.files}
-    while pending:
-        on_top = [e for e in pending if all(digests[f.real_path] == f.sha256_after for f in e.files)]
-        # Nothing on top: the newest patch's revert names the file that changed under it and refuses.
-        entry = (on_top or pending)[-1]
+    for entry in plan_reverts(host, ledger_dir, pending):
         on_revert(revert_patch(host, entry.patch_id, ledger_dir=ledger_dir))
-        digests.update({f.real_path: f.sha256_before for f in entry.files})
-        pending.remove(entry)
-    return count
-
-
-def _digest_or_none(host: Host, path: str) -> str | None:
-    return sha256(host.read_bytes(path)) if host.stat(path) is not None else None
+    return len(pending)

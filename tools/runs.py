@@ -7,11 +7,15 @@ dropped connection nor a restarted agent loses anything:
     run.sh      the wrapper: writes ``pid`` first, runs command.sh, then writes ``exit`` (tmp file + mv)
     log         stdout and stderr of the command, appended
     pid         the wrapper's pid, which is also the run's process group (it starts a new session)
-    exit        the command's exit code, present only once it has ended
+    exit        the command's exit code, present only once it has ended and nothing of the run is left
+
+Every process of a run carries ``MEDIC_RUN=<its folder>`` in its environment, so a worker that left the
+run's process group or session is still found when the run ends (tools/run_procs.py).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import statistics
@@ -23,6 +27,7 @@ from typing import Literal
 
 from tools.errors import HostError, HostUnreachable, RunError
 from tools.host import Command, Host, as_shell
+from tools.run_procs import PROCS_SH
 
 MAX_CHUNK = 4 * 1024 * 1024  # one follow() call reads at most this much, so a huge log cannot stall it
 KILLED_EXIT_CODE = 128 + 9  # what ``exit`` says when stop() had to SIGKILL the wrapper itself
@@ -61,32 +66,20 @@ class RunStatus:
     pid: int | None = None
 
 
-# Any live, non-zombie process in group $1? A container's init may never reap orphans, so ``kill -0`` alone
-# would call a killed run's zombie "running" forever; without /proc it is all there is.
-# (``kill -SIG -PGID`` is the one spelling dash and bash agree on.)
-_ALIVE_SH = """alive() {
-  g=$1
-  [ -d /proc/self ] || { kill -0 "-$g" 2>/dev/null; return; }
-  for f in /proc/[0-9]*/stat; do
-    read -r s 2>/dev/null < "$f" || continue
-    set -- ${s##*) }
-    [ "$3" = "$g" ] && [ "$1" != Z ] && return 0
-  done
-  return 1
-}
-"""
-
-_WRAPPER_SH = """#!/bin/sh
-# Written by medic. The pid comes first, so a run is never without one; the exit code is renamed into
-# place, so a reader sees no exit file or a whole one. The TERM trap lets stop() TERM the whole group and
-# still get the command's own exit code written, since the trap only runs once the command has ended.
-d={dir}
+# Written by medic. The pid comes first, so a run is never without one; the exit code is renamed into place,
+# so a reader sees no exit file or a whole one. The TERM trap lets stop() TERM the whole group and still get
+# the command's own exit code written, since the trap only runs once the command has ended. What the command
+# left behind (a worker, a daemon) is ended before the exit file appears: an ended run has no process left.
+_WRAPPER_SH = r"""#!/bin/sh
+d=@DIR@
 echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"
 trap : TERM
 /bin/sh "$d/command.sh"
 code=$?
-printf '%s\\n' "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
+""" + PROCS_SH + r"""reap $$ "MEDIC_RUN=$d" @GRACE@
+printf '%s\n' "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
 """
+REAP_GRACE = 5.0  # seconds between TERM and KILL for what is left of a run whose command has ended
 
 
 def launch(host: Host, command: Command, *, run_dir: str, cwd: str | None = None,
@@ -101,11 +94,13 @@ def launch(host: Host, command: Command, *, run_dir: str, cwd: str | None = None
     if not made.ok:
         raise RunError(f"cannot prepare run folder {run.dir} on {host.name}: {made.stderr.strip()}")
     host.write_bytes_atomic(f"{run.dir}/command.sh", (line + "\n").encode(), mode=0o644)
-    host.write_bytes_atomic(f"{run.dir}/run.sh", _WRAPPER_SH.format(dir=folder).encode(), mode=0o755)
+    wrapper = _WRAPPER_SH.replace("@DIR@", folder).replace("@GRACE@", str(seconds(REAP_GRACE)))
+    host.write_bytes_atomic(f"{run.dir}/run.sh", wrapper.encode(), mode=0o755)
     # setsid: a new session and process group, so no hangup, no job control and no timeout of the
     # launching shell can reach the run; stdin from /dev/null and output to the log leave no pipe open.
+    # MEDIC_RUN: every process of the run inherits it, so one that leaves the run's group is still found.
     started = host.run(
-        f"setsid nohup /bin/sh {folder}/run.sh >> {folder}/log 2>&1 < /dev/null & "
+        f"MEDIC_RUN={folder} setsid nohup /bin/sh {folder}/run.sh >> {folder}/log 2>&1 < /dev/null & "
         f"i=0; while [ ! -s {folder}/pid ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
         f"cat {folder}/pid", timeout=30.0)
     if not started.ok or not started.stdout.strip().isdigit():
@@ -126,17 +121,32 @@ def follow(host: Host, run: Run, offset: int, limit: int = MAX_CHUNK) -> LogChun
     return LogChunk(data, offset + len(data))
 
 
-def status(host: Host, run: Run) -> RunStatus:
-    """exited (with its code), running, or vanished: no exit code and nothing of its group left."""
-    d = shlex.quote(run.dir)
-    answer = host.run(_ALIVE_SH + f"""d={d}
-[ -d "$d" ] || {{ echo missing; exit 0; }}
+def _script(runs_: Sequence[Run], body: str) -> str:
+    """``body`` once per run, with ``$d`` its folder and ``$m`` its marker, after the process functions."""
+    return PROCS_SH + "".join(
+        f"d={shlex.quote(run.dir)}; m={shlex.quote('MEDIC_RUN=' + run.dir)}; grace={seconds(REAP_GRACE)}\n"
+        f"( {body}\n)\n" for run in runs_)
+
+
+def seconds(grace: float) -> int:
+    """A grace in whole seconds, as the shell counts them (``date +%s``), never below one."""
+    return max(1, math.ceil(grace))
+
+
+_STATUS_SH = """[ -d "$d" ] || { echo missing; exit 0; }
 p=$(cat "$d/pid" 2>/dev/null)
-[ -f "$d/exit" ] && {{ echo exited "$p" "$(cat "$d/exit")"; exit 0; }}
-[ -n "$p" ] && alive "$p" && {{ echo running "$p"; exit 0; }}
-[ -f "$d/exit" ] && {{ echo exited "$p" "$(cat "$d/exit")"; exit 0; }}
+[ -f "$d/exit" ] && { reap "" "$m" "$grace"; echo exited "$p" "$(cat "$d/exit")"; exit 0; }
+[ -n "$p" ] && ingroup "$p" && { echo running "$p"; exit 0; }
+reap "" "$m" "$grace"
+[ -f "$d/exit" ] && { echo exited "$p" "$(cat "$d/exit")"; exit 0; }
 echo vanished "$p"
-""", timeout=30.0)
+"""
+
+
+def status(host: Host, run: Run) -> RunStatus:
+    """exited (with its code), running, or vanished: no exit code and nothing of it left. Whatever of an
+    ended run is still alive (a worker of a wrapper that was killed) is ended before the run is said to be."""
+    answer = host.run(_script([run], _STATUS_SH), timeout=REAP_GRACE + 30.0)
     words = answer.stdout.split()
     if not answer.ok or not words:
         raise RunError(f"cannot read the state of run {run.id} on {host.name}: {answer.stderr.strip()}")
@@ -148,20 +158,32 @@ echo vanished "$p"
     return RunStatus(state, code, pid)
 
 
-def stop(host: Host, run: Run, grace: float = 5.0) -> RunStatus:
-    """TERM the run's process group, wait up to ``grace`` seconds, then KILL what is left."""
-    d, steps = shlex.quote(run.dir), max(1, int(grace * 10))
-    result = host.run(_ALIVE_SH + f"""d={d}
-p=$(cat "$d/pid" 2>/dev/null) || exit 0
-kill -TERM "-$p" 2>/dev/null
-i=0; while alive "$p" && [ $i -lt {steps} ]; do sleep 0.1; i=$((i+1)); done
-alive "$p" || exit 0
-kill -KILL "-$p" 2>/dev/null; sleep 0.1
-[ -f "$d/exit" ] || {{ echo {KILLED_EXIT_CODE} > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"; }}
-""", timeout=grace + 30.0)
-    if not result.ok:
-        raise RunError(f"cannot stop run {run.id} on {host.name}: {result.stderr.strip()}")
+def _stop_sh(grace: float) -> str:
+    # the wrapper's group and session count only while it lives; an exit code is written only for a run
+    # whose wrapper had to be KILLed (one that ended on TERM writes its command's own)
+    return f"""[ -d "$d" ] || exit 0
+p=$(cat "$d/pid" 2>/dev/null)
+{{ [ ! -f "$d/exit" ] && ours "$p" "$m"; }} || p=""
+reap "$p" "$m" {seconds(grace)} && [ -n "$p" ] && {{ sleep 0.1; [ -f "$d/exit" ] || {{
+  echo {KILLED_EXIT_CODE} > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"; }}; }}
+exit 0"""
+
+
+def stop(host: Host, run: Run, grace: float | None = None) -> RunStatus:
+    """TERM every process of the run, wait up to ``grace`` seconds (REAP_GRACE), then KILL what is left."""
+    stop_all(host, [run], grace)
     return status(host, run)
+
+
+def stop_all(host: Host, runs_: Sequence[Run], grace: float | None = None) -> None:
+    """stop() for many runs in one command (a session's end, over SSH): none of their processes is left."""
+    if not runs_:
+        return
+    grace = REAP_GRACE if grace is None else grace
+    result = host.run(_script(runs_, _stop_sh(grace)), timeout=len(runs_) * (grace + 1.0) + 30.0)
+    if not result.ok:
+        names = ", ".join(run.id for run in runs_)
+        raise RunError(f"cannot stop run(s) {names} on {host.name}: {result.stderr.strip()}")
 
 
 # -- what the log says -------------------------------------------------------------------------------------

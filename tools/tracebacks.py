@@ -2,9 +2,10 @@
 
 ``extract_tracebacks`` reads each process's lines on their own, and each vLLM logger record on its own (a
 worker logs every line of its traceback behind the same ``ERROR ... [multiproc_executor.py:863]`` prefix),
-so interleaved output never mixes. Chained causes and exception-group members are kept. ``root_cause``
-(tools/root_cause.py, re-exported here) looks past the wrappers that only say "see above". Import all of it
-from ``tools.logs``.
+so interleaved output never mixes. A message runs to the end of its traceback, over blank lines between
+indented paragraphs too; ``message_line`` is how people see it. Chained causes and exception-group members
+are kept. ``root_cause`` (tools/root_cause.py, re-exported here) looks past the wrappers that only say "see
+above". Import all of it from ``tools.logs``.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ __all__ = [
     "MAX_FRAMES",
     "MAX_MESSAGE_CHARS",
     "MAX_MESSAGE_LINES",
+    "MAX_SUMMARY_CHARS",
     "SHUTDOWN_NOISE_SIGNALS",
     "Frame",
     "Traceback",
     "WrapperSignal",
     "extract_tracebacks",
+    "message_line",
     "root_cause",
 ]
 
@@ -38,6 +41,7 @@ MAX_MESSAGE_CHARS = 4096
 MAX_FRAMES = 60  # the innermost ones: that is where the fault is
 MAX_MESSAGE_LINES = 200
 MAX_CODE_CHARS = 500
+MAX_SUMMARY_CHARS = 600  # a message as reports show it: whole, unless it is a wall of text
 _ChainKind = Literal["cause", "context"]
 
 
@@ -91,6 +95,13 @@ _NEXT_MEMBER = re.compile(r"  \+-{3,}(?: (?P<number>\d+|\.\.\.) -+)?")
 _FIRST_WINDOW = 100  # lines of the log read after a traceback's first line, at first
 
 
+def message_line(message: str, limit: int = MAX_SUMMARY_CHARS) -> str:
+    """``message`` as people read it: every line, joined with single spaces; past ``limit`` characters it is
+    cut, and '…' marks the cut."""
+    flat = " ".join(message.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
 def extract_tracebacks(lines: Sequence[LogLine]) -> list[Traceback]:
     """Every traceback in ``lines`` (the last exception of each chain), in log order."""
     found: list[Traceback] = []
@@ -120,17 +131,19 @@ class _Parser:
 
     def __init__(self, items: list[tuple[str, int]], proc: str | None, level: str | None) -> None:
         self.items, self.proc, self.level = items, proc, level
+        self.cut = False
 
     def tracebacks(self, to_the_end: bool) -> list[tuple[Traceback, int]]:
         """Each traceback that ends before the last item (or at it, when the items run to the end of the
         log), with the line number where it ends."""
         complete, i = [], 0
+        self.cut = False  # a message's blank lines ran to the last item: what follows them is unknown
         while i < len(self.items):
             if not self.items[i][0].startswith(_STARTS):
                 i += 1
                 continue
             traceback, i = self.chain(i)
-            if i >= len(self.items) and not to_the_end:
+            if (i >= len(self.items) or self.cut) and not to_the_end:
                 break  # it may go on past the window
             complete.append((traceback, self.items[i - 1][1]))
         return complete
@@ -164,9 +177,18 @@ class _Parser:
         exc_type, message = None, []
         if exception := _EXCEPTION_LINE.fullmatch(self.text(j) or ""):
             exc_type, message, j = exception["type"], [exception["message"] or ""], j + 1
-            while len(message) < MAX_MESSAGE_LINES and _continues_message(self.text(j)):
-                message.append(self.items[j][0])
-                j += 1
+            while len(message) < MAX_MESSAGE_LINES:
+                if _continues_message(self.text(j)):
+                    message.append(self.items[j][0])
+                    j += 1
+                elif (after := self.skip_blank(j)) > j and _continues_paragraph(self.text(after)):
+                    # an indented paragraph after blank lines (multiprocessing's bootstrapping error): the
+                    # same message; unindented text after a blank line is someone else's output
+                    message += ["", self.items[after][0]]  # a run of blank lines: one paragraph break
+                    j = after + 1
+                else:
+                    self.cut = self.cut or after >= len(self.items)
+                    break
         members: tuple[Traceback, ...] = ()
         if header.startswith(_GROUP_HEADER) and _FIRST_MEMBER.fullmatch(self.text(j) or ""):
             members, j = self.members(j)
@@ -242,6 +264,10 @@ def _continues_message(text: str | None) -> bool:
         and not text.startswith((*_STARTS, _GROUP_HEADER, "+-+"))
         and not _NOT_A_MESSAGE.match(text)
     )
+
+
+def _continues_paragraph(text: str | None) -> bool:
+    return bool(text and text[:1] in " \t" and _continues_message(text) and not _is_frame(text.lstrip()))
 
 
 def _is_frame(stripped: str) -> bool:

@@ -15,6 +15,8 @@ from typing import Any
 from agent.checks import ADVISORY, run_check
 from agent.codec import check_from_dict
 from agent.deps import Deps
+from agent.job import with_interpreter
+from agent.remedies import env_edits, job_env, with_unset
 from agent.repair.types import Check
 from agent.state import LaunchRecord, SessionState
 from tools import runs
@@ -35,6 +37,8 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     n = len(launches) + 1
     kind = "canary" if on_canary(state, deps) else "target"
     command = canary_commands(state, deps)[0] if kind == "canary" else cfg.target.command
+    # `python ...` means the target env's python, not the one first on the host's PATH
+    command, replaced = with_interpreter(command or [], cfg.target.python)
     base = f"{cfg.host_dir}/runs/L{n}"
     ledger = f"{cfg.host_dir}/launches/L{n}.json"
     record: LaunchRecord = {"n": n, "kind": kind, "started": deps.clock(), "exit_code": None, "phases": {},
@@ -47,12 +51,19 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
         deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": earlier, "reattached": True})
     else:
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
-        run = runs.launch(deps.host, list(command or []), run_dir=base, cwd=cfg.target.workdir,
-                          env=cfg.target.env)
+        env, unset = job_env(deps.host, cfg.target.env, env_edits(state.get("patches") or []))
+        run = runs.launch(deps.host, with_unset(list(command or []), unset), run_dir=base, cwd=cfg.target.workdir,
+                          env=env)
         deps.host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": run.dir, "at": time.time()}).encode())
         record["run_id"], record["run_dir"] = run.id, run.dir
-        deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": run.dir, "command": command})
+        deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": run.dir, "command": command,
+                                         **substituted(replaced, cfg.target.python)})
     return {"launches": [*launches, record], "run": record}
+
+
+def substituted(replaced: str | None, python: str) -> dict[str, Any]:
+    """For the trace: which bare interpreter name of the command was run as the target's python."""
+    return {"interpreter": {"given": replaced, "ran": python}} if replaced else {}
 
 
 def canary_commands(state: SessionState, deps: Deps) -> tuple[list[str] | None, list[str] | None]:
@@ -87,6 +98,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     record: LaunchRecord = dict(state["run"] or {})  # type: ignore[assignment]
     run = runs.Run.in_dir(record["run_dir"])
     ctx = deps.context(state)
+    owners = [c.get("patch_id") for c in state.get("pending_checks") or []]  # which patch each check proves
     pending = [check_from_dict(c) for c in state.get("pending_checks") or []] + environment_checks(state, deps)
     results: list[dict[str, Any]] = []
     offset, tail = 0, ""
@@ -134,6 +146,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                 time.sleep(RECONNECT_PAUSE)
                 continue  # the link dropped: poll() waits for it, then the same check runs again
             pending.pop(0)
+            owner = owners.pop(0) if owners else None
             result = {"check": check.describe(), "ok": ok, "detail": detail, "when": "during_load",
                       "phase": next(reversed(seen_phases), "starting"), "launch": record["n"]}
             results.append(result)
@@ -143,6 +156,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
             elif not ok:
                 runs.stop(deps.host, run)
                 outcome = f"stopped:check failed: {check.describe()}"
+                record["failed_patch"] = owner
                 break
             continue
         if status.state != "running":
@@ -166,7 +180,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     record["checks_during_load"], record["load_seconds"] = results, load_seconds(seen_phases)
     deps.record("run_end", "watch", {"outcome": outcome, "exit_code": record.get("exit_code"),
                                      "seconds": round(record["ended"] - started, 1), "launch": record["n"],
-                                     "phases": seen_phases})
+                                     "phases": seen_phases, "failed_patch": record.get("failed_patch")})
     launches = [record if launch_.get("n") == record["n"] else launch_ for launch_ in state.get("launches") or []]
     return {"run": record, "launches": launches, "pending_checks": [],
             "verifications": [*(state.get("verifications") or []), *results]}
@@ -189,6 +203,16 @@ def environment_checks(state: SessionState, deps: Deps) -> list[Check]:
     return [Check("disk_free", deps.config.target.workdir, str(DISK_FREE_MB), when="during_load"),
             Check("free_memory", "host", str(FREE_MEMORY_MB), when="during_load"),
             Check("stale_runs", "session", "|".join(earlier[-5:]), when="during_load")]
+
+
+def end_runs(state: SessionState, deps: Deps) -> None:
+    """The session ends: no process of any of its runs may outlive it (one stopped by a failed check, one
+    whose wrapper was killed from outside). Each run's wrapper reaps its own on exit; this is for the rest."""
+    folders = [launch_["run_dir"] for launch_ in state.get("launches") or [] if launch_.get("run_dir")]
+    try:
+        runs.stop_all(deps.host, [runs.Run.in_dir(folder) for folder in folders])
+    except (RunError, HostError) as err:  # the report still gets written; the trace says what may be left
+        deps.record("warning", "report", {"message": f"could not make sure every run has ended: {err}"})
 
 
 def load_seconds(phases: dict[str, float]) -> float | None:

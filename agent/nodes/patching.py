@@ -6,15 +6,19 @@ host-side ledger makes a repeated call (a resumed session) a no-op.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from agent.checks import run_before_checks
-from agent.codec import candidate_from_dict, candidate_to_dict, fault_from_dict, patch_diff
+from agent.codec import candidate_from_dict, candidate_to_dict, check_from_dict, fault_from_dict, patch_diff
 from agent.deps import Deps
+from agent.repair.types import Candidate, RepairContext
 from agent.state import SessionState
 from tools.errors import PatchError
 from tools.patches import Patch, apply_patch, revert_patch
+
+# faults predicted before any launch: with no repair they are left for the runs to confirm
+BEFORE_LAUNCH = ("scan", "preflight")
 
 
 def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
@@ -30,6 +34,9 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     if not queue or len(tried) >= deps.config.budgets.max_candidates_per_fault:
         why = "no playbook, derived repair or model found a patch" if not tried else (
             f"{len(tried)} candidate patch(es) failed")
+        if fault.stage in BEFORE_LAUNCH:  # a prediction, not a failure: the runs will tell
+            deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "left_for": "the runs"})
+            return {"candidates": [], "proposal": None}
         deps.record("no_repair", "repair", {"fault": fault.summary, "why": why})
         return {"candidates": [], "proposal": None, "outcome": "no_repair",
                 "outcome_detail": f"{fault.summary} — {why}"}
@@ -45,16 +52,51 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
     cand = candidate_from_dict(proposal)
     ctx = deps.context(state)
     try:
-        result = apply_patch(deps.host, cand.patch, roots=ctx.roots, ledger_dir=deps.config.ledger_dir)
+        if cand.patch.host_steps and str(proposal.get("approved_by", "")).startswith("policy:"):
+            run_host_steps(deps, cand.patch.id, cand.patch.host_steps)  # a person approved = a person did them
+        if any(e.library and not e.value for e in cand.patch.env):
+            cand = resolved(ctx, cand)
+            proposal = {**proposal, "patch": cand.patch.model_dump(mode="json")}
+        already = cand.patch.files and apply_patch(deps.host, cand.patch, roots=ctx.roots,
+                                                   ledger_dir=deps.config.ledger_dir).already_applied
     except PatchError as err:  # stale, outside the roots, does not compile: nothing was written
         deps.record("patch_refused", "apply", {"patch_id": cand.patch.id, "why": str(err)})
         return {"tried": [*(state.get("tried") or []), cand.patch.id], "proposal": None}
     deps.record("applied", "apply", {"patch_id": cand.patch.id, "origin": cand.origin, "rationale": cand.rationale,
                                      "files": [f.path for f in cand.patch.files],
-                                     "already_applied": result.already_applied, "diff": cand.patch.diff})
+                                     "env": [e.describe() for e in cand.patch.env],
+                                     "host_steps": list(cand.patch.host_steps),
+                                     "already_applied": bool(already), "diff": cand.patch.diff})
     entry = {**proposal, "fault_index": len(state.get("faults") or []) - 1}
     patches = [p for p in state.get("patches") or [] if p["patch"]["id"] != cand.patch.id]
-    return {"patches": [*patches, entry]}
+    return {"patches": [*patches, entry], "proposal": proposal}
+
+
+def resolved(ctx: RepairContext, cand: Candidate) -> Candidate:
+    """The env edits that name a library get its file, now that the host steps have installed it."""
+    from agent.repair.derived_env import find_library
+
+    ctx.memo.clear()  # what was missing before the host step may be there now
+    edits = []
+    for edit in cand.patch.env:
+        if edit.library and not edit.value:
+            found = find_library(ctx, edit.library)
+            if found is None:
+                raise PatchError(f"{edit.library} is still not on {ctx.host.name} after "
+                                 f"{'; '.join(cand.patch.host_steps)}: nothing was changed")
+            edit = edit.model_copy(update={"value": found})
+        edits.append(edit)
+    return replace(cand, patch=cand.patch.model_copy(update={"env": tuple(edits)}))
+
+
+def run_host_steps(deps: Deps, patch_id: str, steps: tuple[str, ...]) -> None:
+    """A policy rule let medic change the host: run each step, stop at the first that fails."""
+    for step in steps:
+        result = deps.host.run(step, timeout=1800)
+        deps.record("host_step", "apply", {"patch_id": patch_id, "step": step, "exit_code": result.exit_code})
+        if not result.ok:
+            raise PatchError(f"host step `{step}` failed (exit {result.exit_code}): "
+                             f"{(result.stderr or result.stdout).strip()[-300:]}")
 
 
 def verify(state: SessionState, deps: Deps) -> dict[str, Any]:
@@ -63,8 +105,11 @@ def verify(state: SessionState, deps: Deps) -> dict[str, Any]:
     results = run_before_checks(deps.context(state), cand, deps.config.target.env,
                                 lambda result: deps.record("check", "verify", result))
     update: dict[str, Any] = {"verifications": [*(state.get("verifications") or []), *results]}
-    if all(r["ok"] for r in results):
-        update["pending_checks"] = [asdict(c) for c in cand.checks if c.when == "during_load"]
+    if all(r["ok"] for r in results):  # several patches before one launch: their checks all wait for it
+        pending = list(state.get("pending_checks") or [])
+        waiting = {check_from_dict(c).describe() for c in pending}  # one import of a module proves it for all
+        update["pending_checks"] = [*pending, *({**asdict(c), "patch_id": cand.patch.id} for c in cand.checks
+                                                if c.when == "during_load" and c.describe() not in waiting)]
     return update
 
 
@@ -73,12 +118,16 @@ def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
     patches = list(state.get("patches") or [])
     if not patches:
         return {}
-    last = patches.pop()
+    # a check that failed during the load names its patch; otherwise the newest patch is the suspect
+    culprit = (state.get("run") or {}).get("failed_patch")
+    at = next((i for i, p in enumerate(patches) if p["patch"]["id"] == culprit), len(patches) - 1)
+    last = patches.pop(at)
     patch = Patch.model_validate(last["patch"])
     revert_patch(deps.host, patch.id, ledger_dir=deps.config.ledger_dir)
     deps.record("reverted", "revert", {"patch_id": patch.id, "why": "its checks failed or its fault came back"})
+    pending = [c for c in state.get("pending_checks") or [] if c.get("patch_id") != patch.id]
     return {"patches": patches, "tried": [*(state.get("tried") or []), patch.id], "proposal": None,
-            "pending_checks": []}
+            "pending_checks": pending}
 
 
 def verify_passed(state: SessionState) -> bool:

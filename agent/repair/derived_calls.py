@@ -2,15 +2,19 @@
 
 - unexpected keyword argument: read the installed signature; rename to a close parameter, else drop it.
 - missing required argument / required pydantic or dataclass field: copy what the library's own call sites
-  pass, with the library's names mapped onto ours through the arguments both calls share; failing that, a
-  literal the library itself uses as that parameter's default.
+  pass, with the library's names mapped onto ours through the arguments both calls share (through one helper's
+  tuple return when the library unpacks one: agent/repair/derived_values.py); failing that, a literal the
+  library itself uses as that parameter's default.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import copy
 import re
 
+from agent.repair import derived_values
 from agent.repair.context import (
     candidate,
     close_name,
@@ -24,7 +28,7 @@ from agent.repair.context import (
 from agent.repair.edits import (
     Source,
     add_keyword,
-    assignment_before,
+    insert_before_statement,
     local_names,
     remove_keyword,
     rename_keyword,
@@ -47,10 +51,14 @@ def callee_short(text: str) -> str:
 
 
 def unexpected_keyword(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    match = UNEXPECTED.search(fault.message)
-    if not match:
+    if fault.finding is not None:  # the scan says what it saw; only a run's traceback needs reading
+        if fault.finding.kind != "unexpected_kwarg":
+            return []
+        name, keyword = fault.finding.callee, fault.finding.name
+    elif match := UNEXPECTED.search(fault.message):
+        name, keyword = callee_short(match["callee"]), match["kw"]
+    else:
         return []
-    name, keyword = callee_short(match["callee"]), match["kw"]
     for frame in fixable_frames(ctx, fault):
         src = read_source(ctx, frame.file)
         call = src.call_at(frame.line, name) if src else None
@@ -88,9 +96,13 @@ def unexpected_keyword(ctx: RepairContext, fault: Fault) -> list[Candidate]:
 
 
 def missing_argument(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    match = MISSING.search(fault.message)
-    pyd = PYDANTIC_MISSING.search(fault.message)
-    if match:
+    match = MISSING.search(fault.message) if fault.finding is None else None
+    pyd = PYDANTIC_MISSING.search(fault.message) if fault.finding is None else None
+    if fault.finding is not None:
+        if fault.finding.kind != "missing_argument":
+            return []
+        name, missing = fault.finding.callee, [fault.finding.name]
+    elif match:
         name, missing = callee_short(match["callee"]), re.findall(r"'(\w+)'", match["names"])
     elif pyd:
         name, missing = pyd["callee"], [pyd["field"]]
@@ -102,8 +114,9 @@ def missing_argument(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         if src is None or call is None:
             continue
         text, evidence = src.text, [evidence_line(frame.file, call.lineno, src.line(call.lineno))]
+        before: list[str] = []  # what a value needs computed first (the library's own unpacking of a helper)
         for param in missing:
-            value = value_from_call_sites(ctx, src, call, name, param, evidence)
+            value = value_from_call_sites(ctx, src, call, name, param, evidence, before)
             if value is None:
                 value = library_default_literal(ctx, src, name, param, evidence)
             if value is None:
@@ -111,6 +124,8 @@ def missing_argument(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             current = Source(src.path, text)
             text = add_keyword(current, current.call_at(frame.line, name) or call, param, value)
         else:
+            if before:
+                text = insert_before_statement(Source(src.path, text), call.lineno, list(dict.fromkeys(before)))
             target = resolve_callee(ctx, src, name) or name
             why = (f"{name}() now requires {', '.join(missing)}; passing what vLLM's own code passes "
                    f"({'; '.join(e.split(': ', 1)[-1] for e in evidence[1:])[:300]})")
@@ -120,12 +135,17 @@ def missing_argument(ctx: RepairContext, fault: Fault) -> list[Candidate]:
 
 
 def value_from_call_sites(
-    ctx: RepairContext, src: Source, call: ast.Call, name: str, param: str, evidence: list[str]
+    ctx: RepairContext, src: Source, call: ast.Call, name: str, param: str, evidence: list[str],
+    before: list[str] | None = None,
 ) -> str | None:
-    """An expression for ``param`` taken from a library call site and rewritten in our call's names."""
+    """An expression for ``param`` taken from a library call site and rewritten in our call's names.
+
+    Where the library computes it through a helper (``a, b = helper(...)``), the statements our code must run
+    first are added to ``before`` (none are proposed when it is None)."""
     ours = {k.arg: src.segment(k.value) for k in call.keywords if k.arg}
     func = src.enclosing_function(call.lineno)
-    in_scope = src.module_names() | (local_names(func) if func else set()) | set(dir(__builtins__))
+    ours_local = local_names(func) if func else set()
+    in_scope = src.module_names() | ours_local | set(dir(builtins))
     for site in library_call_sites(ctx, name):
         passed = dict(site.keywords)
         if param not in passed:
@@ -135,23 +155,25 @@ def value_from_call_sites(
             continue
         lib, lib_call = found
         lib_kw = next(k for k in lib_call.keywords if k.arg == param)
-        expr: ast.expr = lib_kw.value
         lib_func = lib.enclosing_function(lib_call.lineno)
-        if isinstance(expr, ast.Name) and lib_func is not None:  # a local: take what it was computed from
-            assigned = assignment_before(lib_func, expr.id, lib_call.lineno)
-            if assigned is not None:
-                evidence.append(evidence_line(site.path, assigned.lineno, ast.unparse(assigned)))
-                expr = assigned.value
         # library name -> our expression, through the arguments both calls pass by the same keyword
         mapping = {
             k.value.id: ours[k.arg] for k in lib_call.keywords
             if k.arg in ours and isinstance(k.value, ast.Name)
         }
-        rewritten = MapNames(mapping).visit(ast.parse(ast.unparse(expr), mode="eval"))
-        free = {n.id for n in ast.walk(rewritten) if isinstance(n, ast.Name)} - set(mapping.values())
-        if all(n in in_scope or n in {"self"} for n in free):
+        for option in derived_values.library_options(ctx, lib, lib_func, lib_call, lib_kw.value):
+            if option.setup and (before is None or option.binds & (ours_local | src.module_names())):
+                continue  # no room for the helper's call here, or it would overwrite a name of ours
+            # the library's `self` is not ours: only names that map onto ours, or that we have, may remain
+            if not all(n in mapping or (n in in_scope and n != "self") for n in option.needs()):
+                continue
+            evidence.extend(option.evidence)
             evidence.append(evidence_line(site.path, site.lineno, f"{param}={ast.unparse(lib_kw.value)}"))
-            return ast.unparse(rewritten.body)
+            if before is not None:
+                before += [f"from {module} import {orig}" + (f" as {alias}" if alias != orig else "")
+                           for module, orig, alias in option.imports if src.imported_from(alias) != module]
+                before += [ast.unparse(MapNames(mapping).visit(copy.deepcopy(stmt))) for stmt in option.setup]
+            return ast.unparse(MapNames(mapping).visit(copy.deepcopy(option.value)))
     return None
 
 

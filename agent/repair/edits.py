@@ -127,6 +127,34 @@ def assignment_before(func: ast.AST, name: str, lineno: int) -> ast.Assign | Non
     return found
 
 
+def unpacking_before(func: ast.AST, name: str, lineno: int) -> tuple[ast.Assign, int] | None:
+    """The last ``…, name, … = <value>`` (a tuple or list target) in ``func`` before ``lineno``, and the
+    position of ``name`` in it; None if a starred target makes the position unknown."""
+    found: tuple[ast.Assign, int] | None = None
+    for node in ast.walk(func):
+        if not (isinstance(node, ast.Assign) and node.lineno < lineno and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Tuple | ast.List)):
+            continue
+        elts = node.targets[0].elts
+        if any(isinstance(e, ast.Starred) for e in elts):
+            continue
+        for index, elt in enumerate(elts):
+            if isinstance(elt, ast.Name) and elt.id == name and (found is None or node.lineno > found[0].lineno):
+                found = (node, index)
+    return found
+
+
+def statement_holding(tree: ast.AST, lineno: int) -> ast.stmt | None:
+    """The innermost statement (simple or compound) whose span holds ``lineno``."""
+    best: ast.stmt | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt) and node.lineno <= lineno <= (node.end_lineno or node.lineno) and (
+            best is None or node.lineno >= best.lineno
+        ):
+            best = node
+    return best
+
+
 def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     names = {a.arg for a in func.args.args + func.args.kwonlyargs + func.args.posonlyargs}
     for node in ast.walk(func):
@@ -177,6 +205,16 @@ def add_keyword(src: Source, call: ast.Call, keyword: str, value_src: str) -> st
         insert_at = last_end + (gap.index(",") + 1 if not comma else 0)
         return replace_span(src.text, insert_at, insert_at, f"{comma}\n{indent}{keyword}={value_src},")
     return replace_span(src.text, last_end, last_end, f", {keyword}={value_src}")
+
+
+def insert_before_statement(src: Source, lineno: int, lines: list[str]) -> str:
+    """Text of the file with ``lines`` placed before the statement holding ``lineno``, at its indent."""
+    stmt = statement_holding(src.tree, lineno)
+    if stmt is None:
+        raise SourceError(f"{src.path}: no statement holds line {lineno}")
+    indent = src.indent_of(stmt.lineno)
+    start = src.pos(stmt.lineno, 0)
+    return replace_span(src.text, start, start, "".join(f"{indent}{line}\n" for line in lines))
 
 
 def rename_keyword(src: Source, call: ast.Call, old: str, new: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.repair import derived_calls, derived_dataflow, derived_members
+from agent.repair import derived_calls, derived_dataflow, derived_env, derived_members
 from agent.repair.playbooks import Playbook, load_playbooks, playbook_candidates
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.errors import MedicError
@@ -24,6 +24,7 @@ DERIVED: tuple[tuple[str, Repair], ...] = (
     ("moved_import", derived_members.moved_import),
     ("changed_return_shape", derived_dataflow.changed_return_shape),
     ("protocol_step", derived_dataflow.mandatory_protocol_step),
+    ("environment", derived_env.environment_remedy),
 )
 
 

@@ -1,14 +1,22 @@
 """Playbooks: known failure signatures and their remedies, as YAML data under playbooks/.
 
+playbooks/ ships as the package ``medic_playbooks`` (pyproject.toml maps it), so an installed wheel reads the same
+files through importlib.resources as a checkout does. Finding none is an error: medic without its playbooks
+would quietly miss every fault they know.
+
 A playbook matches a Fault by exception type, a message regex, frame patterns (``path/suffix`` or
 ``path/suffix:func``, any frame of the root cause) and version ranges of the installed packages. Its remedy is
-a small, named edit kind with parameters, applied to the caller's code found among the fixable frames.
+a small, named edit kind with parameters, applied to the caller's code found among the fixable frames (and,
+for a fault without a traceback such as a wrong output, in the code the driver reaches: ``Fault.reach``):
+``rewrite_line``, ``add_keyword``, ``guard_call`` (agent/repair/guard_call.py: a platform-only call guarded
+where it is made, followed into a fixable helper when the failing line only calls it).
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Literal
 
 import yaml
@@ -18,10 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent.repair.context import candidate, evidence_line, fixable_frames, read_source
 from agent.repair.edits import Source, add_keyword, replace_span
+from agent.repair.guard_call import guard_call
 from agent.repair.types import Candidate, Check, Fault, RepairContext
-from tools.errors import UsageError
+from tools.errors import MedicError, UsageError
 
-PLAYBOOK_DIR = Path(__file__).resolve().parents[2] / "playbooks"
+PLAYBOOK_PACKAGE = "medic_playbooks"
 
 
 class Signature(BaseModel):
@@ -66,7 +75,7 @@ def frame_matches(pattern: str, file: str, func: str) -> bool:
 
 class Remedy(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["rewrite_line", "add_keyword"]
+    kind: Literal["rewrite_line", "add_keyword", "guard_call"]
     params: dict[str, str]
 
 
@@ -91,18 +100,29 @@ class Playbook(BaseModel):
         return any(sig.matches(fault, versions) for sig in [self.signature, *self.also])
 
 
-def load_playbooks(folder: Path = PLAYBOOK_DIR) -> list[Playbook]:
-    """Every playbook in ``folder``, validated; a bad file is a UsageError naming it."""
+def playbook_folder() -> Traversable:
+    try:
+        return resources.files(PLAYBOOK_PACKAGE)
+    except ModuleNotFoundError as exc:
+        raise MedicError(f"medic's playbooks ({PLAYBOOK_PACKAGE}) are not installed: reinstall medic") from exc
+
+
+def load_playbooks(folder: Traversable | None = None) -> list[Playbook]:
+    """Every playbook in ``folder`` (default: the installed ones), validated; a bad file is a UsageError naming
+    it, and a folder with none is an error too."""
+    folder = playbook_folder() if folder is None else folder
     books: list[Playbook] = []
-    for path in sorted(folder.glob("*.yaml")):
+    for path in sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name):
         try:
-            books.append(Playbook.model_validate(yaml.safe_load(path.read_text())))
+            books.append(Playbook.model_validate(yaml.safe_load(path.read_text(encoding="utf-8"))))
         except (yaml.YAMLError, ValidationError, re.error) as exc:
             first = str(exc).strip().splitlines()[0]
             raise UsageError(f"playbook {path.name} is invalid: {first}") from exc
     ids = [b.id for b in books]
     if len(ids) != len(set(ids)):
         raise UsageError(f"two playbooks share an id in {folder}")
+    if not books:
+        raise MedicError(f"no playbooks (*.yaml) in {folder}: medic is installed without its data")
     return books
 
 
@@ -121,6 +141,8 @@ def apply_remedy(ctx: RepairContext, fault: Fault, book: Playbook) -> Candidate 
     checks = [Check(c.kind, c.target, c.detail) for c in book.checks]
     why = " ".join(book.rationale.split())
     frames = fixable_frames(ctx, fault)
+    if book.remedy.kind == "guard_call":  # in the frames' statements, or the fixable helper they call
+        return guard_call(ctx, fault, params, origin=f"playbook:{book.id}", rationale=why, checks=checks)
     if book.remedy.kind == "rewrite_line":
         pattern = re.compile(params["pattern"])
         for frame in frames:
@@ -135,9 +157,10 @@ def apply_remedy(ctx: RepairContext, fault: Fault, book: Playbook) -> Candidate 
             return candidate(ctx, {frame.file: text}, origin=f"playbook:{book.id}", rationale=why,
                              evidence=[evidence_line(frame.file, frame.line, line)], extra_checks=checks)
         return None
-    # add_keyword: in a fixable file on the failing path (or any fixable file of the caller packages)
+    # add_keyword: in a fixable file on the failing path, else in the code the driver reaches (a wrong output
+    # has no traceback: the validator's fault names those files)
     callee, keyword, value = params["callee"], params["keyword"], params["value"]
-    for path in dict.fromkeys(f.file for f in frames):
+    for path in dict.fromkeys([*(f.file for f in frames), *fault.reach]):
         src = read_source(ctx, path)
         if src is None:
             continue

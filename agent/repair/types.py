@@ -7,8 +7,25 @@ from typing import Any, Literal
 
 from tools.host import Host
 from tools.patches import Patch
+from tools.tracebacks import message_line
 
-FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
+FaultStage = Literal["scan", "preflight", "canary", "crash", "validate", "verify"]
+FindingKind = Literal["unexpected_kwarg", "missing_argument", "protocol_step", "return_shape", "device_call",
+                      "grafted_member", "environment"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a before-launch detector saw, in its own terms (no sentence for a repair to parse back).
+
+    ``callee``/``name``: the call and the keyword, parameter or member it is about; ``detail``: anything else
+    the paired repair needs (the library function a protocol step follows, a variable, …).
+    """
+
+    kind: FindingKind
+    callee: str = ""
+    name: str = ""
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,11 +55,14 @@ class Fault:
     fingerprint: str = ""
     proc: str | None = None
     log_excerpt: str = ""
+    finding: Finding | None = None  # set by the scan and preflight detectors
+    # files of the fixable code the job's driver reaches (the scan's list): where a repair looks when the fault
+    # has no traceback to point at (a wrong output); set by the validator
+    reach: tuple[str, ...] = ()
 
     @property
     def summary(self) -> str:
-        first = self.message.strip().splitlines()[0] if self.message.strip() else ""
-        return f"{self.exc_type}: {first}"[:300]
+        return f"{self.exc_type}: {message_line(self.message)}"  # whole: a message may span lines
 
 
 @dataclass(frozen=True)
@@ -50,7 +70,7 @@ class Check:
     """A check that proves a patch: run before the relaunch (``when="before"``) or during the load."""
 
     kind: Literal["compile", "import", "signature_has", "member_exists", "grep", "disk_free", "free_memory",
-                  "stale_runs"]
+                  "stale_runs", "library_found"]
     target: str  # module, file, or "module:Qualname"
     detail: str = ""  # parameter / member name / regex
     when: Literal["before", "during_load"] = "before"

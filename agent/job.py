@@ -1,0 +1,109 @@
+"""The user's command as the target runs it: which interpreter, which driver script, which folders.
+
+A command written ``python extract.py`` means the target env's python (``--python``), not whatever ``python``
+comes first on the host's PATH; and a relative path in it is relative to the job's ``--workdir``, where the
+job runs, not to the folder medic was started in.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from collections.abc import Sequence
+
+from agent.config import Target
+from tools import source as src_tools
+from tools.errors import MedicError, UsageError
+from tools.host import Host
+
+BARE_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")  # a name PATH would resolve: python, python3, python3.11
+INTERPRETER = re.compile(r"python[0-9.]*")  # the basename of any CPython interpreter
+# interpreter options whose value may be the next argument (``python --help``): never the script
+VALUE_OPTIONS = frozenset("WX")
+LONG_VALUE_OPTIONS = frozenset({"--check-hash-based-pycs"})
+LOCAL_HOSTS = ("local", "localhost-direct")  # the names agent/session.py connects to this machine
+
+
+def with_interpreter(command: Sequence[str], python: str) -> tuple[list[str], str | None]:
+    """``command`` with a bare python name as argv[0] replaced by the target's ``python``, and the name it
+    replaced (None when there was none to replace)."""
+    words = list(command)
+    if words and BARE_PYTHON.fullmatch(words[0]):
+        return [python, *words[1:]], words[0]
+    return words, None
+
+
+def is_interpreter(word: str, python: str) -> bool:
+    return word == python or INTERPRETER.fullmatch(posixpath.basename(word)) is not None
+
+
+def script_argument(command: Sequence[str], python: str) -> tuple[str, str] | None:
+    """What the command runs: ("script", path as written) or ("module", name); None for ``-c``, stdin or a
+    command that names no .py file. A command not started by an interpreter (torchrun, a launcher script)
+    runs the first .py file it names."""
+    words = list(command)
+    if not words:
+        return None
+    if not is_interpreter(words[0], python):
+        found = next((word for word in words if word.endswith(".py")), None)
+        return ("script", found) if found else None
+    rest = words[1:]
+    while rest:
+        word = rest.pop(0)
+        if word == "--":
+            return ("script", rest[0]) if rest and rest[0] != "-" else None
+        if word in LONG_VALUE_OPTIONS:
+            rest[:1] = []
+            continue
+        if word.startswith("--") or word == "-":
+            if word == "-":
+                return None
+            continue  # --version and the like take no value
+        if not word.startswith("-"):
+            return "script", word
+        for i, flag in enumerate(word[1:], start=2):  # a cluster: -uBm module, -W ignore, -Xdev
+            value = word[i:]
+            if flag == "c":
+                return None
+            if flag == "m":
+                name = value or (rest[0] if rest else "")
+                return ("module", name) if name else None
+            if flag in VALUE_OPTIONS:
+                if not value:
+                    rest[:1] = []
+                break
+    return None
+
+
+def driver_path(target: Target, host: Host | None = None) -> str | None:
+    """The absolute path of the driver script the target's command runs, on the target host; None when it
+    names none. A relative path is relative to ``target.workdir`` (the job's cwd). ``-m module`` is looked up
+    in the target env (the workdir first, as ``python -m`` does) when ``host`` is given: a package runs its
+    ``__main__.py``."""
+    command, _ = with_interpreter(target.command, target.python)
+    found = script_argument(command, target.python)
+    if found is None:
+        return None
+    kind, value = found
+    if kind == "script":
+        return posixpath.normpath(posixpath.join(target.workdir, value))
+    if host is None:
+        return None
+    try:
+        path = src_tools.module_path(host, target.python, value, path_extra=[target.workdir])
+    except MedicError:
+        return None  # not importable there: the run will say so, the scan has nothing to read
+    if path.endswith("/__init__.py"):
+        path = path[: -len("__init__.py")] + "__main__.py"
+    return path if path.endswith(".py") else None
+
+
+def local_path(value: str, host: str) -> str:
+    """A path given on the command line, as the Target wants it: on this machine (``host`` local) a relative
+    path is relative to medic's cwd; a remote host has no cwd of medic's, so there it must be absolute."""
+    if value.startswith("/") or host not in LOCAL_HOSTS:
+        return value
+    if not value:
+        raise UsageError("an empty path is not a folder or a file: pass an absolute or relative path")
+    return os.path.abspath(value)

@@ -1,0 +1,55 @@
+"""What the kept remedies make of the job's environment. An env remedy is part of a Patch (tools/diffs.py
+``EnvEdit``): it is applied by launching with it and reverted by dropping the patch, so the job's environment
+is always the user's ``--env`` plus the env edits of the patches kept, in the order they were kept.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tools.diffs import EnvEdit
+from tools.host import Host
+
+
+def env_edits(patches: Sequence[Mapping[str, Any]]) -> list[EnvEdit]:
+    """The env edits of the kept patches (state dicts), oldest first."""
+    return [EnvEdit.model_validate(e) for p in patches for e in (p.get("patch") or {}).get("env") or ()]
+
+
+def job_env(host: Host, base: Mapping[str, str], edits: Sequence[EnvEdit]) -> tuple[dict[str, str], list[str]]:
+    """(variables to export, variables to unset) for a launch. A prepend to a variable the user did not set
+    starts from the host's own value, read there, so the job keeps what its login environment had."""
+    env, unset = dict(base), []
+    for edit in edits:
+        if edit.action == "unset":
+            env.pop(edit.var, None)
+            unset.append(edit.var)
+            continue
+        if edit.var in unset:
+            unset.remove(edit.var)
+        if edit.action == "set":
+            env[edit.var] = edit.value
+            continue
+        current = env.get(edit.var)
+        if current is None:
+            current = host.run(["sh", "-c", f'printf %s "${{{edit.var}}}"'], timeout=30).stdout
+        parts = [edit.value, *[p for p in current.split(":") if p and p != edit.value]]
+        env[edit.var] = ":".join(parts)
+    return env, unset
+
+
+def with_unset(command: Sequence[str], unset: Sequence[str]) -> list[str]:
+    """``command`` run with ``unset`` removed from its environment (POSIX ``env -u``)."""
+    if not unset:
+        return list(command)
+    return ["env", *[arg for var in unset for arg in ("-u", var)], *command]
+
+
+def run_your_job_with(patches: Sequence[Mapping[str, Any]]) -> str | None:
+    """The line a person needs to run the job without medic, or None when no env remedy was kept."""
+    edits = env_edits(patches)
+    if not edits:
+        return None
+    return " ".join(shlex.quote(e.describe()) if e.action != "prepend" else e.describe() for e in edits)

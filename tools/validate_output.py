@@ -1,0 +1,112 @@
+"""medic's built-in validator, and how any validator's verdict is read.
+
+When no ``--validate`` is given, medic checks the output itself: tools/output_check.py (shipped with medic,
+run by the TARGET python, its text sent on stdin) needs the output file and the model folder. They come from
+the target's config (``output``, ``model_dir``) or from the job's own command line: the value of an option
+named for an output (``--out``, ``--output``, ``--save-path``, ``-o``…) that now exists, else an argument
+that is an existing ``.pt`` file; the value of a ``--model``-like option, else any argument, that is a folder
+with a ``config.json``. Relative paths are the workdir's.
+
+Any validator's output is evidence; the lines that say what failed come first (the validator's own
+``problems``, then exception lines, then lines that report a failure), the rest after them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from tools.host import Host
+
+SCRIPT = "output_check.py"
+OUTPUT_OPTION = re.compile(r"^--?(?:o|(?:out|output|save)(?:[-_]\w+)*)$")
+MODEL_OPTION = re.compile(
+    r"^--?(?:model|(?:base|target|verifier)[-_]model)(?:[-_](?:path|dir|name(?:[-_]or[-_]path)?))?$")
+OUTPUT_SUFFIXES = (".pt", ".pth")
+EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Failure|Mismatch)\b")
+FAILING_LINE = re.compile(
+    r"(?i)\b(?:fail\w*|wrong|errors?|mismatch\w*|differ\w*|expected|assert\w*|not ok|not verified|unverified|"
+    r"invalid|missing|nan|exceed\w*|too (?:short|long|large|small)|unreadable|cannot)\b")
+CONTEXT_LINE = re.compile(r'^(?:Traceback \(most recent call last\):|File ".*", line \d+)')
+MAX_EVIDENCE = 40
+
+
+@dataclass(frozen=True)
+class BuiltinCheck:
+    argv: list[str]
+    stdin: str
+    output: str
+    model: str
+
+    def describe(self) -> str:
+        return f"medic's own check of {self.output} against {self.model}"
+
+
+def option_values(command: Sequence[str], pattern: re.Pattern[str]) -> list[str]:
+    """Values of the options whose name matches ``pattern``: ``--opt VALUE`` and ``--opt=VALUE``."""
+    values = []
+    for i, arg in enumerate(command):
+        name, eq, value = arg.partition("=")
+        if not pattern.match(name):
+            continue
+        if eq:
+            values.append(value)
+        elif i + 1 < len(command) and not command[i + 1].startswith("-"):
+            values.append(command[i + 1])
+    return values
+
+
+def on_host(path: str, workdir: str) -> str:
+    return path if path.startswith("/") else posixpath.normpath(posixpath.join(workdir, path))
+
+
+def locate(host: Host, command: Sequence[str], workdir: str, *, output: str | None = None,
+           model_dir: str | None = None) -> tuple[str | None, str | None]:
+    """(output, model folder) of a job, each None where nothing names one that exists."""
+    if output is None:
+        named = option_values(command, OUTPUT_OPTION)
+        files = [a for a in command[1:] if a.endswith(OUTPUT_SUFFIXES)]
+        output = next((p for p in (on_host(a, workdir) for a in [*named, *files]) if host.exists(p)), None)
+    else:
+        output = on_host(output, workdir)
+    if model_dir is None:
+        named = option_values(command, MODEL_OPTION)
+        rest = [a for a in command[1:] if not a.startswith("-")]
+        model_dir = next((p for p in (on_host(a, workdir) for a in [*named, *rest])
+                          if host.exists(f"{p.rstrip('/')}/config.json")), None)
+    return output, model_dir
+
+
+def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str, *, output: str | None = None,
+                  model_dir: str | None = None) -> BuiltinCheck | str:
+    """The command of medic's own check for this job, or why there is none (what medic could not find)."""
+    found_output, found_model = locate(host, command, workdir, output=output, model_dir=model_dir)
+    missing = [what for what, value in (("the output file (--output PATH)", found_output),
+                                        ("the model folder with a config.json (--model-dir DIR)", found_model))
+               if not value]
+    if missing:
+        return f"medic found no {' and no '.join(missing)} in `{shlex.join(command)[:200]}`"
+    assert found_output is not None and found_model is not None
+    script = resources.files("tools").joinpath(SCRIPT).read_text(encoding="utf-8")
+    return BuiltinCheck([python, "-", found_output, "--model", found_model, "--json"], script, found_output,
+                        found_model)
+
+
+def evidence_lines(report: dict[str, Any], stdout: str, stderr: str) -> list[str]:
+    """The validator's output, the lines that say what failed first."""
+    problems = [str(p).strip() for p in report.get("problems") or [] if str(p).strip()]
+    lines = [line.strip() for line in (stderr + "\n" + stdout).splitlines()
+             if line.strip() and not line.lstrip().startswith("{")]  # the JSON report is read, not quoted
+    exceptions = [line for line in lines if EXCEPTION_LINE.match(line)]
+    failing = [line for line in lines if FAILING_LINE.search(line) and not CONTEXT_LINE.match(line)]
+    ordered = [*problems, *exceptions[::-1], *failing, *lines]
+    seen: dict[str, None] = {}
+    for line in ordered:
+        if not any(known in line for known in seen):  # "WRONG: x" says no more than x
+            seen[line] = None
+    return list(seen)[:MAX_EVIDENCE]
