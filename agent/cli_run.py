@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from pathlib import Path
@@ -12,7 +13,16 @@ from pydantic import ValidationError
 
 from agent.config import Budgets, SessionConfig, Target
 from agent.job import local_path
-from agent.session import EXIT_CODES, connect_checked, load_config, require_new, run_session, save_config, session_dir
+from agent.outcomes import exit_code
+from agent.session import (
+    connect_checked,
+    load_config,
+    pending_interrupt,
+    require_new,
+    run_session,
+    save_config,
+    session_dir,
+)
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabPaths
 from tools.console import make_console
 from tools.errors import UsageError
@@ -76,6 +86,8 @@ def run(
     confirm_launch: Annotated[bool, typer.Option(help="approve mode: also wait for a person before each relaunch")
                               ] = False,
     policy: Annotated[Path | None, typer.Option(help="rules that auto-approve or deny patches (YAML/TOML)")] = None,
+    output: Annotated[str | None, typer.Option(help="the file the job writes, for medic's own check when no "
+                                               "--validate is given (default: found in COMMAND)")] = None,
     patch_root: Annotated[list[str] | None, typer.Option("--patch-root", help="a folder medic may patch beyond "
                                                          "the env's own site-packages and --workdir (repeatable)")
                           ] = None,
@@ -92,7 +104,9 @@ def run(
                             command=command, env=parse_env(env or []),
                             validate_command=shlex.split(validate) if validate else None,
                             trust_new_host=trust_new_host, model_dir=canary_model,  # as COMMAND names it
-                            extra_patch_roots=[local_path(p, host) for p in patch_root or []])
+                            extra_patch_roots=[local_path(p, host) for p in patch_root or []],
+                            # a relative output is where the job writes it: in its workdir
+                            output=os.path.join(local_path(workdir, host), output) if output else None)
         else:
             lab_ = lab_target(lab, lab_size)
             target = Target.model_validate({**lab_.model_dump(), "env": {**lab_.env, **parse_env(env or [])},
@@ -120,6 +134,11 @@ def run(
 def resume(session: str, postmortem: bool = False) -> None:
     """Continue a session from its checkpoint (after medic died, or after an approval)."""
     config = load_config(session)
+    waiting = pending_interrupt(session)
+    if waiting and waiting.get("kind") == "host_change":  # the person says the host step is done: go on
+        steps = "; ".join(waiting.get("host_steps") or [])
+        finish(config, run_session(config, resume={"action": "approve", "by": "person (medic resume)",
+                                                   "reason": f"host changed: {steps}"})[0], postmortem)
     finish(config, run_session(config)[0], postmortem)
 
 
@@ -127,13 +146,17 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
     report = session_dir(config.session_id) / "report.md"
     if outcome == "waiting":
         console.print(f"waiting for a person: `medic approve {config.session_id}`")
+    elif outcome == "host_change":
+        steps = " && ".join((pending_interrupt(config.session_id) or {}).get("host_steps") or [])
+        console.print(f"the host needs a change medic does not make unattended: run `{steps}` on "
+                      f"{config.target.host}, then `medic resume {config.session_id}`", markup=False)
     elif report.exists():
         console.print(f"report: {report}")
     if postmortem:
         from agent.postmortem import print_postmortem
 
         print_postmortem(Path(config.traces_dir) / f"{config.session_id}.jsonl")
-    raise typer.Exit(EXIT_CODES.get(outcome, 1))
+    raise typer.Exit(exit_code(outcome))
 
 
 def revert(session: str) -> None:

@@ -25,6 +25,9 @@ class Deps:
     view: View = field(default_factory=View)
     clock: Callable[[], float] = time.time
     poll_interval: float = 0.5
+    # what the library answered (signatures, protocols, device probes): it does not change within a session,
+    # and each answer costs an import of vLLM in the target env, so the scan's every pass and the repairs share it
+    library_memo: dict[str, Any] = field(default_factory=dict)
 
     def context(self, state: SessionState) -> RepairContext:
         """The repair context, rebuilt from what preflight recorded (so a resumed session has it too)."""
@@ -39,6 +42,7 @@ class Deps:
             workdir=target.workdir,
             versions=dict(pre.get("versions", {})),
             site_packages=tuple(pre.get("site_packages", ())),
+            memo=self.library_memo,
         )
 
     def record(self, kind: str, node: str, data: dict[str, Any] | None = None) -> None:

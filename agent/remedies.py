@@ -48,8 +48,16 @@ def with_unset(command: Sequence[str], unset: Sequence[str]) -> list[str]:
 
 
 def run_your_job_with(patches: Sequence[Mapping[str, Any]]) -> str | None:
-    """The line a person needs to run the job without medic, or None when no env remedy was kept."""
+    """The shell lines a person needs to run the job without medic, or None when no env remedy was kept."""
     edits = env_edits(patches)
     if not edits:
         return None
-    return " ".join(shlex.quote(e.describe()) if e.action != "prepend" else e.describe() for e in edits)
+    lines = []
+    for edit in edits:
+        if edit.action == "unset":
+            lines.append(f"unset {edit.var}")
+        elif edit.action == "set":
+            lines.append(f"export {edit.var}={shlex.quote(edit.value)}")
+        else:  # keep what the variable already holds after the new entry
+            lines.append(f"export {edit.var}={shlex.quote(edit.value)}${{{edit.var}:+:${edit.var}}}")
+    return "\n".join(lines)

@@ -115,7 +115,8 @@ class _Replay:
         elif ev.kind == "fault":
             self.fault(ev, rest)
         elif ev.kind == "candidate":
-            s["proposal"] = {"patch": {"id": d.get("patch_id"), "files": _files(d.get("diff") or "")},
+            s["proposal"] = {"patch": {"id": d.get("patch_id"), "files": _files(d.get("diff") or ""),
+                                       "host_steps": list(d.get("host_steps") or [])},
                              "origin": d.get("origin"), "rationale": d.get("rationale", ""),
                              "evidence": list(d.get("evidence") or []), "checks": list(d.get("checks") or [])}
             s.pop("outcome", None)
@@ -197,7 +198,8 @@ class _Replay:
         if proposal.get("patch", {}).get("id") != d.get("patch_id"):  # an approve-mode edit: the diff changed
             proposal = {"patch": {"id": d.get("patch_id")}, "origin": d.get("origin"), "rationale": "",
                         "evidence": [], "checks": proposal.get("checks", [])}
-        proposal["patch"] = {"id": d.get("patch_id"), "files": _files(str(d.get("diff") or ""))}
+        proposal["patch"] = {**(proposal.get("patch") or {}), "id": d.get("patch_id"),
+                             "files": _files(str(d.get("diff") or ""))}
         s["proposal"] = proposal
         kept = [p for p in s.get("patches", []) if p["patch"]["id"] != d.get("patch_id")]
         s["patches"] = [*kept, {**proposal, "fault_index": len(s.get("faults", [])) - 1}]
@@ -284,7 +286,7 @@ def _files(diff: str) -> list[dict[str, str]]:
     parts = re.split(r"(?m)^(?=--- )", diff)
     out = []
     for part in parts:
-        if not part.strip():
+        if not part.startswith("--- "):  # env edits and host steps are not files
             continue
         m = re.match(r"--- a(\S+)", part)
         out.append({"path": m.group(1) if m else "", "diff": part})

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from agent.config import SessionConfig
+from agent.remedies import run_your_job_with
 from agent.state import SessionState
+from tools.diffs import EnvEdit
 from tools.tracebacks import message_line
 
 # five or more decimals (0.0020738840103149414) is a measurement; versions, paths and ids never look like that
@@ -49,6 +52,10 @@ def fault_line(exc_type: object, message: str, stage: object) -> str:
     return human_numbers(text) if stage == "validate" else text
 
 
+def env_lines(patch: dict[str, Any]) -> list[str]:
+    return [EnvEdit.model_validate(e).describe() for e in patch["patch"].get("env") or ()]
+
+
 def render_report(state: SessionState, config: SessionConfig) -> str:
     launches = state.get("launches") or []
     faults = state.get("faults") or []
@@ -77,6 +84,11 @@ def render_report(state: SessionState, config: SessionConfig) -> str:
         if p.get("evidence"):
             out += ["Evidence read:", "", *[f"- `{e[:200]}`" for e in p["evidence"]], ""]
         out += ["```diff", "".join(f["diff"] for f in p["patch"]["files"]).rstrip(), "```", ""]
+        out += [f"Environment: `{e}`" for e in env_lines(p)] + [f"Host step: `{h}`" for h in
+                                                                 p["patch"].get("host_steps") or []]
+    prelude = run_your_job_with(patches)
+    if prelude:  # what medic launched the job with, for the person who runs it next without medic
+        out += ["## Run your job with", "", "```sh", prelude, "```", ""]
     out += ["## Launches", "", "| # | kind | outcome | exit | time | load | phases |", "|---|---|---|---|---|---|---|"]
     for launch in launches:
         secs = (launch.get("ended") or 0) - (launch.get("started") or 0)

@@ -45,7 +45,9 @@ def environment_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
     for package in ctx.library_packages:
         try:
             root = src_tools.module_path(ctx.host, ctx.python, package).rsplit("/", 1)[0]
-            hits = src_tools.grep(ctx.host, root, ENV_READ, python=ctx.python)
+            hits = [h for word in DEVICE_WORDS.get(device, (device,))
+                    for h in src_tools.grep(ctx.host, root, ENV_READ, glob=f"*{word}*.py", max_hits=2000,
+                                            python=ctx.python)]
         except MedicError:
             continue
         for path in dict.fromkeys(h.path for h in hits if for_device(h.path, device)):

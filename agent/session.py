@@ -29,7 +29,6 @@ from tools.errors import SessionError, UsageError
 from tools.host import Host, LocalHost
 from tools.redact import Redactor
 
-EXIT_CODES = {"verified": 0, "budget": 3, "no_repair": 4, "waiting": 5, "unverified": 6, "rejected": 7, "error": 1}
 RECURSION_LIMIT = 400
 
 
@@ -174,8 +173,31 @@ def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None 
             deps.trace.close()
         snapshot = graph.get_state(thread)
         if snapshot.next:
-            return "waiting", dict(snapshot.values)
+            return ("host_change" if waiting_for(snapshot) == "host_change" else "waiting"), dict(snapshot.values)
         return str(snapshot.values.get("outcome") or "error"), dict(snapshot.values)
+
+
+def waiting_for(snapshot: Any) -> str | None:
+    """The kind of the interrupt a session waits on (approve_patch, host_change, confirm_launch), if any."""
+    for task in snapshot.tasks or ():
+        for pending in task.interrupts or ():
+            if isinstance(pending.value, dict):
+                return str(pending.value.get("kind"))
+    return None
+
+
+def pending_interrupt(session_id: str) -> dict[str, Any] | None:
+    """What the session's pending interrupt carries (kind, proposal, host steps), read from the checkpoint."""
+    with checkpointer() as saver:
+        tup = saver.get_tuple({"configurable": {"thread_id": session_id}})
+    for _task, channel, value in (tup.pending_writes or []) if tup is not None else []:
+        if channel != "__interrupt__":
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            data = getattr(item, "value", item)
+            if isinstance(data, dict):
+                return dict(data)
+    return None
 
 
 def require_new(config: SessionConfig) -> None:

@@ -46,7 +46,8 @@ class View:
             "run_end": f"  run ended: {s('outcome')} (exit {s('exit_code')}) after {s('seconds')}s",
             "fault": f"[red]fault[/] [{s('stage')}] {s('summary')}",
             "candidate": f"  [yellow]candidate[/] {s('origin')}: {s('rationale')}",
-            "applied": f"[green]patched[/] {s('patch_id')} {s('files')}",
+            "applied": (f"[green]patched[/] {s('patch_id')} {s('files')}" if data.get("files") else
+                        f"[green]environment[/] {s('patch_id')}: {escape('; '.join(map(str, data.get('env') or [])))}"),
             "reverted": f"[yellow]reverted[/] {s('patch_id')}: {s('why')}",
             "patch_refused": f"  [yellow]refused[/] {s('patch_id')}: {s('why')}",
             "no_repair": f"[red]no repair[/] for {s('fault')}: {s('why')}",

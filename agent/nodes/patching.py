@@ -15,7 +15,7 @@ from agent.deps import Deps
 from agent.repair.types import Candidate, RepairContext
 from agent.state import SessionState
 from tools.errors import PatchError
-from tools.patches import Patch, apply_patch, revert_patch
+from tools.patches import EnvEdit, Patch, apply_patch, revert_patch
 
 # faults predicted before any launch: with no repair they are left for the runs to confirm
 BEFORE_LAUNCH = ("scan", "preflight")
@@ -43,7 +43,10 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     proposal = queue[0]
     deps.record("candidate", "repair", {"patch_id": proposal["patch"]["id"], "origin": proposal["origin"],
                                         "rationale": proposal["rationale"], "evidence": proposal["evidence"],
-                                        "diff": patch_diff(proposal), "checks": proposal["checks"]})
+                                        "diff": patch_diff(proposal), "checks": proposal["checks"],
+                                        "env": [EnvEdit.model_validate(e).describe()
+                                                for e in proposal["patch"].get("env") or []],
+                                        "host_steps": proposal["patch"].get("host_steps") or []})
     return {"candidates": queue, "proposal": proposal}
 
 

@@ -29,10 +29,11 @@ def top_function(tree: ast.Module | ast.ClassDef, name: str) -> Function | None:
 def module_source(ctx: RepairContext, src: Source, module: str, level: int = 0) -> Source | None:
     """The fixable module ``module`` (``level`` dots of a relative import) as seen from ``src`` (memoized)."""
     key = f"callgraph:{src.path}:{level}:{module}"
-    if key not in ctx.memo:
-        ctx.memo[key] = find_module(ctx, src, module, level)
-    found: Source | None = ctx.memo[key]
-    return found
+    if key not in ctx.memo:  # where the module is, not its text: a patch changes the text within a session
+        found = find_module(ctx, src, module, level)
+        ctx.memo[key] = found.path if found else None
+    path: str | None = ctx.memo[key]
+    return read_source(ctx, path) if path else None
 
 
 def find_module(ctx: RepairContext, src: Source, module: str, level: int) -> Source | None:

