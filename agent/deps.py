@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.config import SessionConfig
+from agent.events import EventKind
 from agent.repair.engine import RepairEngine
 from agent.repair.types import RepairContext
 from agent.state import SessionState
@@ -45,7 +46,7 @@ class Deps:
             memo=self.library_memo,
         )
 
-    def record(self, kind: str, node: str, data: dict[str, Any] | None = None) -> None:
+    def record(self, kind: EventKind, node: str, data: dict[str, Any] | None = None) -> None:
         """One place for what happened: the trace (redacted, flushed) and the live view."""
         self.trace.event(kind, node, data)
         self.view.event(kind, node, data or {})

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agent.events import EventKind
 from agent.llm import ChatModel, LLMConfig
 from agent.repair.engine import Repair
 from agent.repair.llm_repair import llm_candidates
 from agent.repair.types import Candidate, Fault, RepairContext
 
-Recorder = Callable[[str, str, dict[str, Any]], None]
+Recorder = Callable[[EventKind, str, dict[str, Any]], None]
 
 
 def llm_fallback(settings: dict[str, str], record: Recorder) -> Repair:

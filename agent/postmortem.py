@@ -8,11 +8,13 @@ the target: its time is reported as canary time, never as target load wasted. Nu
 
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.job import script_argument
 from agent.report import human_numbers, human_seconds
 from agent.tracefile import Trace, read_trace
 from tools.tracebacks import MAX_SUMMARY_CHARS, message_line
@@ -241,6 +243,17 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def job_lines(trace: Trace) -> list[str]:
+    """The job as the person typed it, and the driver it ran (workdir-relative when it is the workdir's)."""
+    target = (trace.header.get("config") or {}).get("target") or {}
+    command, workdir = list(target.get("command") or []), str(target.get("workdir") or "")
+    if not command:
+        return []
+    found = script_argument(command, str(target.get("python") or ""))
+    driver = f" (driver `{found[1]}`)" if found else ""
+    return [f"- job: `{_cell(shlex.join(command))}` in `{workdir}` on {target.get('host', 'local')}{driver}"]
+
+
 def postmortem_markdown(trace: Trace) -> str:
     s = summarize(trace)
     kinds = f" ({len(s.targets)} target, {len(s.canaries)} canary)" if s.canaries else ""
@@ -248,7 +261,7 @@ def postmortem_markdown(trace: Trace) -> str:
            f"**{s.outcome}** — {human_numbers(s.detail)}", "",
            f"- wall clock: {human_seconds(s.duration)}, {len(s.launches)} launch(es){kinds}, {len(s.faults)} "
            f"fault(s), {len(s.kept)} patch(es) kept" + (f", resumed {s.resumes} time(s)" if s.resumes else ""),
-           *[f"- {line}" for line in s.loads()]]
+           *job_lines(trace), *[f"- {line}" for line in s.loads()]]
     if s.problem:
         out.append(f"- **warning:** {s.problem}")
     out += [f"- warning: {human_numbers(w)}" for w in s.warnings]

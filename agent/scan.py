@@ -48,7 +48,8 @@ def scan_files(ctx: RepairContext, driver: str | None) -> list[str]:
         folder = path.rsplit("/", 1)[0]
         listing = ctx.host.run(["sh", "-c", f"ls -1 '{folder}'/*.py"], timeout=30)
         files += [f for f in listing.stdout.split() if f.endswith(".py")]
-    return list(dict.fromkeys(files))[:MAX_FILES]
+    # the driver itself first: it is the user's code, in the workdir, and calls the fixable packages' API
+    return list(dict.fromkeys([*([driver] if src is not None and driver else []), *files]))[:MAX_FILES]
 
 
 def scan(ctx: RepairContext, driver: str | None) -> list[Fault]:
@@ -70,7 +71,7 @@ def signature_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
         for call in (n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
             name = callee_name(call)
             module = src.imported_from(name or "")
-            if not name or not module or module.split(".")[0] not in ctx.library_packages:
+            if not name or not module or module.split(".")[0] not in ctx.api_packages(src.path):
                 continue
             key = f"signature:{module}:{name}"
             if key not in ctx.memo:

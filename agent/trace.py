@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.events import EventKind
 from tools.errors import UsageError
 from tools.redact import Redactor
 
@@ -63,7 +64,7 @@ class TraceWriter:
                 os.ftruncate(self._fd, size)  # never leave half a line for replay to choke on
             raise UsageError(f"cannot write the trace {self.path}: {exc.strerror}") from exc
 
-    def event(self, kind: str, node: str, data: dict[str, Any] | None = None) -> None:
+    def event(self, kind: EventKind, node: str, data: dict[str, Any] | None = None) -> None:
         self._write({"ts": time.time(), "kind": kind, "node": node, "data": data or {}})
 
     def close(self) -> None:

@@ -44,7 +44,7 @@ class View:
             "scan": f"[bold]scan[/] {s('summary')}",
             "launch": f"[bold]launch {s('n')}[/] ({s('kind')}) {s('run_dir')}",
             "run_end": f"  run ended: {s('outcome')} (exit {s('exit_code')}) after {s('seconds')}s",
-            "fault": f"[red]fault[/] [{s('stage')}] {s('summary')}",
+            "fault": f"[red]fault[/] \\[{s('stage')}] {s('summary')}",
             "candidate": f"  [yellow]candidate[/] {s('origin')}: {s('rationale')}",
             "applied": (f"[green]patched[/] {s('patch_id')} {s('files')}" if data.get("files") else
                         f"[green]environment[/] {s('patch_id')}: {escape('; '.join(map(str, data.get('env') or [])))}"),

@@ -211,3 +211,22 @@ def test_a_run_fault_raised_in_a_helper_is_patched_in_the_helper(device_helper, 
     assert "+    if current_platform.is_cuda_alike():\n+        return torch.cuda.mem_get_info(device)[0]\n" in diff
     assert "+        return ((current_platform.get_device_total_memory(),) * 2)[0]\n" in diff, diff
     assert any(str(helper) in e for e in cand.evidence), cand.evidence
+
+
+def test_a_device_call_through_a_module_held_in_a_local_is_the_call_the_traceback_named() -> None:
+    """speculators 0.4's helper: ``mod = torch.get_device_module(acc); return mod.mem_get_info()`` — on a CUDA
+    build of torch without a GPU the traceback lands in torch/cuda, so that call is the one to guard."""
+    import ast as ast_
+
+    from agent.repair.guard_call import makes_call
+
+    def call(text: str) -> ast_.Call:
+        node = ast_.parse(text, mode="eval").body
+        assert isinstance(node, ast_.Call)
+        return node
+
+    assert makes_call(call("torch.cuda.mem_get_info()"), "torch.cuda.mem_get_info")
+    assert makes_call(call("mod.mem_get_info()"), "torch.cuda.mem_get_info")
+    assert not makes_call(call("torch.mem_get_info()"), "torch.cuda.mem_get_info")
+    assert not makes_call(call("mod.empty_cache()"), "torch.cuda.mem_get_info")
+    assert not makes_call(call("self.pool.mem_get_info()"), "torch.cuda.mem_get_info")

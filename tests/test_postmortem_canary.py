@@ -27,7 +27,7 @@ from tools.host import LocalHost
 
 TRACES = Path(__file__).parent / "data" / "traces"
 CANARY = TRACES / "crafted_canary_session.jsonl"
-SCAN = TRACES / "lab_session_scan.jsonl"
+SCAN = TRACES / "legacy_scan_loop_session.jsonl"  # recorded before the scan went through the one repair path
 # what the scan node recorded on its 'applied' events (with the rationale the same repairs gave in try3)
 SCAN_RATIONALES = {
     "96d7a41051ca05cc": "get_kv_cache_config_from_groups() no longer takes kv_cache_specs= (installed signature: "

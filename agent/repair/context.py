@@ -51,7 +51,7 @@ def module_of(ctx: RepairContext, path: str) -> str | None:
 def resolve_callee(ctx: RepairContext, src: Source, name: str) -> str | None:
     """``module:Name`` of a name the fixable file imports from a library (how we read its signature)."""
     module = src.imported_from(name)
-    if module and module.split(".")[0] in ctx.library_packages:
+    if module and module.split(".")[0] in ctx.api_packages(src.path):
         return f"{module}:{name}"
     found = library_definitions(ctx, name)
     return f"{found[0].module}:{found[0].name}" if found else None

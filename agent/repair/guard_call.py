@@ -45,7 +45,18 @@ def unguarded_calls(src: Source, nodes: list[ast.AST], dotted: str, guard: str) 
         if isinstance(node, ast.If | ast.IfExp) and guard in ast.unparse(node.test):
             guarded |= {id(n) for n in ast.walk(node)}
     return [n for node in nodes for n in ast.walk(node) if isinstance(n, ast.Call) and id(n) not in guarded
-            and ast.unparse(n.func) == dotted]
+            and makes_call(n, dotted)]
+
+
+def makes_call(call: ast.Call, dotted: str) -> bool:
+    """``dotted`` as written, or its method on a local that holds the module (``mod = torch.get_device_module(acc)``;
+    ``mod.mem_get_info()``): the playbook's signature already proved from the traceback where the call landed."""
+    if ast.unparse(call.func) == dotted:
+        return True
+    root, _, attr = dotted.partition(".")
+    func = call.func
+    return (isinstance(func, ast.Attribute) and func.attr == dotted.rsplit(".", 1)[-1]
+            and isinstance(func.value, ast.Name) and func.value.id != root and bool(attr))
 
 
 def sites(

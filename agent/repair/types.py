@@ -105,6 +105,12 @@ class RepairContext:
     architectures: tuple[str, ...] = ()  # the target model's, from its config.json (what the library will build)
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # probe answers, per context
 
+    def api_packages(self, path: str) -> tuple[str, ...]:
+        """Whose installed signatures the code at ``path`` must fit: the libraries', and for the user's own
+        driver (the workdir) the fixable packages' too — a driver calls speculators the way speculators calls vLLM."""
+        in_workdir = bool(self.workdir) and path.startswith(self.workdir.rstrip("/") + "/")
+        return (*self.library_packages, *self.fixable_packages) if in_workdir else self.library_packages
+
     def is_fixable(self, path: str) -> bool:
         """Code medic adapts to the library: the user's workdir and the fixable packages."""
         if self.workdir and path.startswith(self.workdir.rstrip("/") + "/"):

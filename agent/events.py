@@ -1,0 +1,25 @@
+"""The trace's vocabulary: every kind of event medic records, in one Literal shared by the writer (agent/trace.py),
+the live view (agent/view.py), replay and the postmortem. mypy holds every ``record(kind, …)`` to it, so a
+misspelt kind is a type error, not an event nobody reads.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+EventKind = Literal[
+    # the session and its host
+    "preflight", "warning", "resume", "exit",
+    # before any launch
+    "scan", "canary",
+    # launches
+    "launch", "phase", "check", "run_end",
+    # faults and their remedies (one path, whoever found the fault)
+    "fault", "candidate", "no_repair", "approval", "approval_answer", "approval_refused", "policy",
+    "applied", "patch_refused", "reverted", "host_step",
+    # relaunch confirmation, output validation
+    "confirm", "confirm_answer", "validate", "canary_passed",
+    # the model path
+    "llm", "tool",
+]
+EVENT_KINDS: frozenset[str] = frozenset(get_args(EventKind))
