@@ -239,12 +239,7 @@ class LabBuilder:
             self._pip(*SPECULATORS_RUNTIME, TORCH[0], what="installing speculators' runtime needs")
 
         def driver() -> None:
-            p.work.mkdir(parents=True, exist_ok=True)
-            p.checker.parent.mkdir(parents=True, exist_ok=True)
-            p.output.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(p.driver, target_file("extract.py"))
-            write_atomic(p.checker, target_file("check.py"))
-            write_atomic(p.root / "tools" / "make_model.py", target_file("make_model.py"))
+            write_target_files(p)
 
         def model(size: str) -> Callable[[], None]:
             def build() -> None:
@@ -353,11 +348,7 @@ class LabBuilder:
             self._pip(*SPECULATORS_RUNTIME, TORCH[0], what="installing speculators' runtime needs")
 
         def driver() -> None:
-            p.work.mkdir(parents=True, exist_ok=True)
-            p.output.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(p.driver, target_file("extract.py"))
-            write_atomic(p.checker, target_file("check.py"))
-            write_atomic(p.root / "tools" / "make_model.py", target_file("make_model.py"))
+            write_target_files(p)
 
         def model(size: str) -> Callable[[], None]:
             def build() -> None:
@@ -462,6 +453,15 @@ class LabBuilder:
         self._pip("--no-deps", "--force-reinstall", pristine, what="reinstalling pristine speculators")
         write_atomic(self.paths.driver, target_file("extract.py"))
         self.paths.output.unlink(missing_ok=True)
+
+
+def write_target_files(p: LabPaths) -> None:
+    """The lab's driver, checker and model maker, as shipped in lab/target/ (every lab, default or variant)."""
+    for folder in (p.work, p.checker.parent, p.output.parent):
+        folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(p.driver, target_file("extract.py"))
+    write_atomic(p.checker, target_file("check.py"))
+    write_atomic(p.root / "tools" / "make_model.py", target_file("make_model.py"))
 
 
 def clone_venv(base: Path, dest: Path) -> None:
