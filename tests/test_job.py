@@ -85,7 +85,7 @@ def test_the_scan_reads_the_driver_of_the_workdir(fake: Fake, tmp_path: Path, mo
     assert driver == str(fake.work / "driver.py")
     ctx = RepairContext(host=LocalHost(), python=target.python, roots=(str(fake.site),),
                         fixable_packages=("fakecaller",), library_packages=("fakelib",), workdir=target.workdir)
-    assert scan_files(ctx, driver) == [str(fake.caller)]
+    assert scan_files(ctx, driver) == [driver, str(fake.caller)]  # the driver itself is the user's code too
 
 
 def fixed_fake(make_fake: MakeFake) -> Fake:
