@@ -11,10 +11,9 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    from tools.tracebacks import Frame, Traceback
+from tools.log_types import Frame, Traceback
 
 DEFAULT_LIBRARY_MARKERS = ("site-packages", "dist-packages")
 

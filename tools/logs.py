@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gc
 import re
-from dataclasses import dataclass
 
 from tools.fingerprint import (
     DEFAULT_LIBRARY_MARKERS,
@@ -27,6 +26,7 @@ from tools.fingerprint import (
     frame_origin,
     normalise_message,
 )
+from tools.log_types import LogLine
 from tools.tracebacks import (
     GENERIC_WRAPPER_SIGNALS,
     SHUTDOWN_NOISE_SIGNALS,
@@ -57,16 +57,6 @@ __all__ = [
     "normalise_message",
     "root_cause",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    proc: str | None  # "Worker pid=1234", "EngineCore_DP0 pid=77"; None for the unprefixed driver
-    level: str | None  # DEBUG / INFO / WARNING / ERROR / CRITICAL when a vLLM logger prefix was removed
-    source: str | None  # "multiproc_executor.py:863" from that logger prefix
-    text: str  # the message with every prefix, colour and control character removed
-    lineno: int  # 1-based line of the log file (all redraws of one \r-line share it)
-    timestamp: str | None = None  # "12-02 10:15:01" from the logger prefix; lines of one record share it
 
 
 # C0 control characters other than \t \n \r and ESC: dropped byte-wise, before decoding (never inside UTF-8).

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from tools.tracebacks import Traceback
+from tools.log_types import Traceback
 
 
 @dataclass(frozen=True, slots=True)

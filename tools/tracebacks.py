@@ -5,7 +5,7 @@ worker logs every line of its traceback behind the same ``ERROR ... [multiproc_e
 so interleaved output never mixes. A message runs to the end of its traceback, over blank lines between
 indented paragraphs too; ``message_line`` is how people see it. Chained causes and exception-group members
 are kept. ``root_cause`` (tools/root_cause.py, re-exported here) looks past the wrappers that only say "see
-above". Import all of it from ``tools.logs``.
+above". ``Frame`` and ``Traceback`` live in tools/log_types.py. Import all of it from ``tools.logs``.
 """
 
 from __future__ import annotations
@@ -13,13 +13,9 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
+from tools.log_types import ChainKind, Frame, LogLine, Traceback
 from tools.root_cause import GENERIC_WRAPPER_SIGNALS, SHUTDOWN_NOISE_SIGNALS, WrapperSignal, chain_of, root_cause
-
-if TYPE_CHECKING:
-    from tools.logs import LogLine
 
 __all__ = [
     "GENERIC_WRAPPER_SIGNALS",
@@ -42,41 +38,12 @@ MAX_FRAMES = 60  # the innermost ones: that is where the fault is
 MAX_MESSAGE_LINES = 200
 MAX_CODE_CHARS = 500
 MAX_SUMMARY_CHARS = 600  # a message as reports show it: whole, unless it is a wall of text
-_ChainKind = Literal["cause", "context"]
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    file: str
-    line: int
-    func: str  # "" for a frame printed without one (SyntaxError)
-    code: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Traceback:
-    proc: str | None
-    frames: tuple[Frame, ...]  # outermost first, as printed; at most MAX_FRAMES innermost ones
-    # As written, qualified when the log qualifies it; None when the log stops before the exception line.
-    exc_type: str | None
-    message: str  # may span lines; at most MAX_MESSAGE_CHARS
-    cause: Traceback | None  # the exception printed before this one in its chain
-    context_kind: _ChainKind | None  # "cause": raised from the cause; "context": raised while handling it
-    first_lineno: int
-    last_lineno: int
-    exceptions: tuple[Traceback, ...] = ()  # members of an exception group
-    level: str | None = None  # logger level when the traceback was logged through a vLLM logger
-    omitted_frames: int = 0
-
-    @property
-    def short_type(self) -> str:
-        return (self.exc_type or "").rpartition(".")[2]
 
 
 _HEADER = "Traceback (most recent call last):"
 _GROUP_HEADER = "Exception Group Traceback (most recent call last):"
 _STARTS = (_HEADER, "  + " + _GROUP_HEADER, "+ " + _GROUP_HEADER)
-_CHAIN_MARKERS: dict[str, _ChainKind] = {
+_CHAIN_MARKERS: dict[str, ChainKind] = {
     "The above exception was the direct cause of the following exception:": "cause",
     "During handling of the above exception, another exception occurred:": "context",
 }
@@ -162,7 +129,7 @@ class _Parser:
                 return traceback, i
             traceback, i = self.one(start, traceback, kind)
 
-    def one(self, i: int, cause: Traceback | None, kind: _ChainKind | None) -> tuple[Traceback, int]:
+    def one(self, i: int, cause: Traceback | None, kind: ChainKind | None) -> tuple[Traceback, int]:
         header, first_lineno = self.items[i]
         if top_group := _TOP_GROUP.match(header):  # "  + Exception Group Traceback": read it without margin
             indent, end = top_group.group(1), i + 1
