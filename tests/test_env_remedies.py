@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli_run import lab_target
-from agent.config import SessionConfig
+from agent.config import SessionConfig, Target
 from agent.nodes.diagnose import fault_from_log
 from agent.remedies import job_env
 from agent.repair.derived_env import environment_remedy, find_library
@@ -147,3 +147,25 @@ def test_an_unattended_session_on_vllm_0_18_1_reaches_verified_output(lab_0181: 
     report = (tmp_path / "home" / "sessions" / "env-0181" / "report.md").read_text()
     assert "## Run your job with" in report and "export LD_PRELOAD=" in report
     assert replay(trace).first_divergence is None
+
+
+def test_an_env_remedy_whose_fault_came_back_is_reverted_by_dropping_it(tmp_path: Path) -> None:
+    from agent.deps import Deps
+    from agent.nodes.patching import revert
+    from agent.trace import TraceWriter
+    from tools.diffs import env_patch
+    from tools.redact import Redactor
+
+    config = SessionConfig(session_id="env-revert", target=lab_target_free(tmp_path))
+    deps = Deps(host=LocalHost(), config=config, engine=RepairEngine(playbooks=[]),
+                trace=TraceWriter(tmp_path / "t.jsonl", {"session": "env-revert"}, Redactor()))
+    patch = env_patch((EnvEdit(var="VLLM_WORKER_MULTIPROC_METHOD", action="set", value="spawn"),),
+                      rationale="the error asks for 'spawn'", origin="derived:env:library_choice")
+    state = {"patches": [{"patch": patch.model_dump(mode="json"), "origin": patch.origin}], "tried": []}
+    update = revert(state, deps)  # type: ignore[arg-type]
+    assert update["patches"] == [] and update["tried"] == [patch.id]
+    assert job_env(LocalHost(), {}, [])[0] == {}  # and the next launch runs without it
+
+
+def lab_target_free(tmp_path: Path) -> Target:
+    return Target(python="/usr/bin/python3", workdir=str(tmp_path), command=["true"])

@@ -126,7 +126,8 @@ def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
     at = next((i for i, p in enumerate(patches) if p["patch"]["id"] == culprit), len(patches) - 1)
     last = patches.pop(at)
     patch = Patch.model_validate(last["patch"])
-    revert_patch(deps.host, patch.id, ledger_dir=deps.config.ledger_dir)
+    if patch.files:  # an env remedy wrote nothing: dropping it from the kept patches is its revert
+        revert_patch(deps.host, patch.id, ledger_dir=deps.config.ledger_dir)
     deps.record("reverted", "revert", {"patch_id": patch.id, "why": "its checks failed or its fault came back"})
     pending = [c for c in state.get("pending_checks") or [] if c.get("patch_id") != patch.id]
     return {"patches": patches, "tried": [*(state.get("tried") or []), patch.id], "proposal": None,
