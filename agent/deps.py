@@ -11,7 +11,7 @@ from agent.config import SessionConfig
 from agent.events import EventKind
 from agent.repair.engine import RepairEngine
 from agent.repair.types import RepairContext
-from agent.state import SessionState
+from agent.state import PreflightInfo, SessionState
 from agent.trace import TraceWriter
 from agent.view import View
 from tools.host import Host
@@ -32,7 +32,7 @@ class Deps:
 
     def context(self, state: SessionState) -> RepairContext:
         """The repair context, rebuilt from what preflight recorded (so a resumed session has it too)."""
-        pre: dict[str, Any] = state.get("preflight") or {}
+        pre: PreflightInfo = state.get("preflight") or {}
         target = self.config.target
         return RepairContext(
             host=self.host,

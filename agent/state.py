@@ -7,6 +7,30 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 
+class PreflightInfo(TypedDict, total=False):
+    """What preflight found on the host (agent/nodes/preflight.py)."""
+
+    versions: dict[str, str]  # package -> installed version in the target env
+    site_packages: list[str]  # every folder the target python imports from (library source is read there)
+    roots: list[str]  # where patches may go: the env's own site-packages, the workdir, --patch-root
+    warnings: list[str]
+    python_version: str
+    host: str
+    canary: dict[str, Any] | None  # the derived canary's run and validate commands
+
+
+class CheckResult(TypedDict, total=False):
+    """One check run (agent/checks.py): before a relaunch, during its load, or after it ended."""
+
+    patch_id: str
+    check: str  # Check.describe()
+    ok: bool
+    detail: str
+    when: str  # "before" | "during_load" | "after_exit"
+    phase: str
+    launch: int
+
+
 class LaunchRecord(TypedDict, total=False):
     n: int  # 1-based launch number within the session (canary and target counted apart)
     kind: str  # "target" | "canary"
@@ -18,7 +42,7 @@ class LaunchRecord(TypedDict, total=False):
     outcome: str  # "crashed" | "exited" | "stopped:<why>" | "timeout"
     phases: dict[str, float]  # phase -> seconds since launch when it began
     load_seconds: float | None
-    checks_during_load: list[dict[str, Any]]
+    checks_during_load: list[CheckResult]
     failed_patch: str | None  # the patch whose during-load check failed and stopped this launch
 
 
@@ -29,7 +53,7 @@ class SessionState(TypedDict, total=False):
     started: float
     """Wall-clock start of the session (epoch seconds), for the wall budget."""
 
-    preflight: dict[str, Any]
+    preflight: PreflightInfo
     """What preflight found: versions, roots, site-packages, warnings."""
 
     scan_attempted: list[str]
@@ -62,7 +86,7 @@ class SessionState(TypedDict, total=False):
     patches: list[dict[str, Any]]
     """Patches applied and kept, in order: patch, origin, rationale, evidence, checks, fault index."""
 
-    verifications: list[dict[str, Any]]
+    verifications: list[CheckResult]
     """Every check run: patch id, check, ok, detail, when ('before' or 'during_load')."""
 
     pending_checks: list[dict[str, Any]]

@@ -18,7 +18,7 @@ from agent.deps import Deps
 from agent.job import with_interpreter
 from agent.remedies import env_edits, job_env, with_unset
 from agent.repair.types import Check
-from agent.state import LaunchRecord, SessionState
+from agent.state import CheckResult, LaunchRecord, SessionState
 from tools import runs
 from tools.errors import HostError, HostUnreachable, RunError
 from tools.host import FileStat
@@ -100,7 +100,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     ctx = deps.context(state)
     owners = [c.get("patch_id") for c in state.get("pending_checks") or []]  # which patch each check proves
     pending = [check_from_dict(c) for c in state.get("pending_checks") or []] + environment_checks(state, deps)
-    results: list[dict[str, Any]] = []
+    results: list[CheckResult] = []
     offset, tail = 0, ""
     seen_phases: dict[str, float] = dict(record.get("phases") or {})
     started = record.get("started") or deps.clock()
@@ -147,10 +147,10 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                 continue  # the link dropped: poll() waits for it, then the same check runs again
             pending.pop(0)
             owner = owners.pop(0) if owners else None
-            result = {"check": check.describe(), "ok": ok, "detail": detail, "when": "during_load",
-                      "phase": next(reversed(seen_phases), "starting"), "launch": record["n"]}
+            result = CheckResult(check=check.describe(), ok=ok, detail=detail, when="during_load",
+                                 phase=next(reversed(seen_phases), "starting"), launch=record["n"])
             results.append(result)
-            deps.record("check", "watch", result)
+            deps.record("check", "watch", dict(result))
             if not ok and check.kind in ADVISORY:
                 deps.record("warning", "watch", {"message": f"{check.describe()}: {detail}"})
             elif not ok:
@@ -163,10 +163,10 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
             if pending:  # the run ended before its load: the checks still tell whether the patch is sound
                 for check in pending:
                     ok, detail = run_check(ctx, check, deps.config.target.env)
-                    result = {"check": check.describe(), "ok": ok, "detail": detail, "when": "after_exit",
-                              "launch": record["n"]}
+                    result = CheckResult(check=check.describe(), ok=ok, detail=detail, when="after_exit",
+                                         launch=record["n"])
                     results.append(result)
-                    deps.record("check", "watch", result)
+                    deps.record("check", "watch", dict(result))
                 pending = []
             outcome = "exited" if status.exit_code == 0 else "crashed"
             record["exit_code"] = status.exit_code
