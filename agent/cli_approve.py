@@ -26,7 +26,7 @@ from agent.cli_run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
 from agent.policy import decide, load_policy, package_of, proposal_files
-from agent.session import checkpointer, connect_host, load_config, make_deps, run_session
+from agent.session import checkpointer, connect_host, load_config, make_deps, read_checkpoint, run_session
 from tools.console import make_console
 from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host
@@ -41,20 +41,11 @@ def _thread(session_id: str) -> dict[str, Any]:
 
 def read_session(session_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(state values, the pending approval's proposal or None) from the latest checkpoint."""
-    with checkpointer() as saver:
-        tup = saver.get_tuple(_thread(session_id))  # type: ignore[arg-type]
-    if tup is None:
-        return {}, None
-    values = dict(tup.checkpoint.get("channel_values") or {})
-    for _task, channel, value in tup.pending_writes or []:
-        if channel != "__interrupt__":
-            continue
-        for item in value if isinstance(value, list) else [value]:
-            data = getattr(item, "value", item)
-            if isinstance(data, dict) and data.get("kind") in ("approve_patch", "host_change"):
-                return values, dict(data.get("proposal") or {})
-            if isinstance(data, dict) and data.get("kind") == "confirm_launch":
-                return values, {"confirm_launch": data.get("launch"), "patches": data.get("patches", [])}
+    values, waiting = read_checkpoint(session_id)
+    if waiting is not None and waiting.get("kind") in ("approve_patch", "host_change"):
+        return values, dict(waiting.get("proposal") or {})
+    if waiting is not None and waiting.get("kind") == "confirm_launch":
+        return values, {"confirm_launch": waiting.get("launch"), "patches": waiting.get("patches", [])}
     return values, None
 
 

@@ -135,11 +135,11 @@ def resume(session: str, postmortem: bool = False) -> None:
     """Continue a session from its checkpoint (after medic died, or after an approval)."""
     config = load_config(session)
     waiting = pending_interrupt(session)
+    answer = None
     if waiting and waiting.get("kind") == "host_change":  # the person says the host step is done: go on
         steps = "; ".join(waiting.get("host_steps") or [])
-        finish(config, run_session(config, resume={"action": "approve", "by": "person (medic resume)",
-                                                   "reason": f"host changed: {steps}"})[0], postmortem)
-    finish(config, run_session(config)[0], postmortem)
+        answer = {"action": "approve", "by": "person (medic resume)", "reason": f"host changed: {steps}"}
+    finish(config, run_session(config, resume=answer)[0], postmortem)
 
 
 def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:

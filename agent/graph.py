@@ -26,7 +26,7 @@ from langgraph.types import interrupt
 from agent.deps import Deps
 from agent.nodes.diagnose import diagnose
 from agent.nodes.launch import launch, on_canary, target_launches, watch
-from agent.nodes.patching import apply, repair, revert, verify, verify_passed
+from agent.nodes.patching import apply, predicted, repair, revert, verify, verify_passed
 from agent.nodes.preflight import preflight
 from agent.nodes.report import report
 from agent.nodes.scan import scan
@@ -35,11 +35,6 @@ from agent.state import SessionState
 
 
 # -- routers: each returns the name of the next node -----------------------------------------------------
-def before_launch(state: SessionState) -> bool:
-    """The current fault was predicted before any launch (scan): its repair returns to the scan."""
-    return str((state.get("fault") or {}).get("stage") or "") == "scan"
-
-
 def needs_host_change(state: SessionState) -> bool:
     return bool(((state.get("proposal") or {}).get("patch") or {}).get("host_steps"))
 
@@ -73,7 +68,7 @@ def after_repair(state: SessionState, deps: Deps) -> Literal["approve", "apply",
     if state.get("outcome"):
         return "report"
     if not state.get("proposal"):
-        return "scan" if before_launch(state) else "report"
+        return "scan" if predicted(state.get("fault")) else "report"
     # a policy file makes even unattended sessions ask it (deny rules must bind there too); a change to the
     # host itself is never made unattended: a person (or a policy rule) says so first
     asks = deps.config.mode == "approve" or deps.config.policy_file or needs_host_change(state)
@@ -91,7 +86,7 @@ def after_apply(state: SessionState) -> Literal["verify", "repair"]:
 def after_verify(state: SessionState, deps: Deps) -> Literal["scan", "launch", "confirm", "revert", "budget_stop"]:
     if not verify_passed(state):
         return "revert"
-    if before_launch(state):
+    if predicted(state.get("fault")):
         return "scan"  # no launch yet: the next finding, or the first launch
     if target_launches(state) >= deps.config.budgets.max_launches and not on_canary(state, deps):
         return "budget_stop"

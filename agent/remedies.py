@@ -5,7 +5,6 @@ is always the user's ``--env`` plus the env edits of the patches kept, in the or
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,10 +33,15 @@ def job_env(host: Host, base: Mapping[str, str], edits: Sequence[EnvEdit]) -> tu
             continue
         current = env.get(edit.var)
         if current is None:
-            current = host.run(["sh", "-c", f'printf %s "${{{edit.var}}}"'], timeout=30).stdout
+            current = host_value(host, edit.var)
         parts = [edit.value, *[p for p in current.split(":") if p and p != edit.value]]
         env[edit.var] = ":".join(parts)
     return env, unset
+
+
+def host_value(host: Host, var: str) -> str:
+    """``var`` as the host's own environment has it ("" when unset): what a launch inherits unless medic sets it."""
+    return host.run(["sh", "-c", f'printf %s "${{{var}}}"'], timeout=30).stdout
 
 
 def with_unset(command: Sequence[str], unset: Sequence[str]) -> list[str]:
@@ -52,12 +56,4 @@ def run_your_job_with(patches: Sequence[Mapping[str, Any]]) -> str | None:
     edits = env_edits(patches)
     if not edits:
         return None
-    lines = []
-    for edit in edits:
-        if edit.action == "unset":
-            lines.append(f"unset {edit.var}")
-        elif edit.action == "set":
-            lines.append(f"export {edit.var}={shlex.quote(edit.value)}")
-        else:  # keep what the variable already holds after the new entry
-            lines.append(f"export {edit.var}={shlex.quote(edit.value)}${{{edit.var}:+:${edit.var}}}")
-    return "\n".join(lines)
+    return "\n".join(e.describe() if e.action == "unset" else f"export {e.describe()}" for e in edits)

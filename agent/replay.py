@@ -36,6 +36,7 @@ from agent.checks import ADVISORY
 from agent.codec import check_from_dict
 from agent.config import SessionConfig
 from agent.nodes.launch import environment_checks, load_seconds
+from agent.nodes.patching import queue_checks, revert_index
 from agent.report import render_report
 from agent.tracefile import Event, Trace, read_trace
 from tools.errors import TraceError
@@ -135,8 +136,7 @@ class _Replay:
             self.applied(ev, rest)
         elif ev.kind == "reverted":
             patches = list(s.get("patches", []))
-            culprit = (s.get("run") or {}).get("failed_patch")
-            at = next((i for i, p in enumerate(patches) if p["patch"]["id"] == culprit), len(patches) - 1)
+            at = revert_index(patches, s.get("run"))
             if patches and patches[at]["patch"]["id"] == d.get("patch_id"):
                 patches.pop(at)
             else:
@@ -213,11 +213,9 @@ class _Replay:
         self.compared += 1
         if ran != before[: len(ran)] or (len(ran) < len(before) and not stopped):
             self.differ(ev, f"verify would run {before}; the trace shows {ran}")
-        # verify leaves the during-load checks to the next launch only when every check so far passed
-        waiting = {check_from_dict(c).describe() for c in s.get("pending_checks", [])}
-        later = [{**c, "patch_id": d.get("patch_id")} for c in proposal.get("checks", [])
-                 if c.get("when") == "during_load" and check_from_dict(c).describe() not in waiting]
-        s["pending_checks"] = [*s.get("pending_checks", []), *([] if stopped else later)]
+        if not stopped:  # verify queues the during-load checks only when every check so far passed
+            s["pending_checks"] = queue_checks(s.get("pending_checks", []), list(proposal.get("checks", [])),
+                                               str(d.get("patch_id")))
         after = {**s, "verifications": [*s.get("verifications", []), *(dict(e.data) for e in ran_events)]}
         self.now = ran_events[-1].ts if ran_events else ev.ts
         self.expect(ev, "after_verify", graph.after_verify(after, self.deps),  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+from agent.remedies import host_value
 from agent.repair.context import read_source
 from agent.repair.edits import Source
 from agent.repair.env_checks import env_checks
@@ -54,8 +55,7 @@ def environment_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
             src = read_source(ctx, path)
             for check in env_checks(src) if src else []:
                 if check.var not in job_env:  # not set by medic: the job inherits the host's own value
-                    job_env[check.var] = ctx.host.run(["sh", "-c", f'printf %s "${{{check.var}}}"'],
-                                                      timeout=30).stdout
+                    job_env[check.var] = host_value(ctx.host, check.var)
                 if check.required in job_env[check.var]:
                     continue
                 func = src.enclosing_function(check.line) if src else None

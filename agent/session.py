@@ -186,18 +186,26 @@ def waiting_for(snapshot: Any) -> str | None:
     return None
 
 
-def pending_interrupt(session_id: str) -> dict[str, Any] | None:
-    """What the session's pending interrupt carries (kind, proposal, host steps), read from the checkpoint."""
+def read_checkpoint(session_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(state values, what the pending interrupt carries — kind, proposal, host steps — or None) from the
+    session's latest checkpoint, without building the graph."""
     with checkpointer() as saver:
         tup = saver.get_tuple({"configurable": {"thread_id": session_id}})
-    for _task, channel, value in (tup.pending_writes or []) if tup is not None else []:
+    if tup is None:
+        return {}, None
+    values = dict(tup.checkpoint.get("channel_values") or {})
+    for _task, channel, value in tup.pending_writes or []:
         if channel != "__interrupt__":
             continue
         for item in value if isinstance(value, list) else [value]:
             data = getattr(item, "value", item)
             if isinstance(data, dict):
-                return dict(data)
-    return None
+                return values, dict(data)
+    return values, None
+
+
+def pending_interrupt(session_id: str) -> dict[str, Any] | None:
+    return read_checkpoint(session_id)[1]
 
 
 def require_new(config: SessionConfig) -> None:

@@ -216,6 +216,24 @@ class LabBuilder:
         self._run([str(self.paths.python), "-m", "pip", "install", "--disable-pip-version-check", *args], what)
 
     # -- the steps --------------------------------------------------------------------------------------
+    def _model_step(self, size: str, *, borrow: bool) -> Callable[[], None]:
+        """The tiny (or large) model, made in a temporary folder and renamed into place; a variant lab copies the
+        default lab's when that one has it (same weights, so the same reference)."""
+        p = self.paths
+
+        def build() -> None:
+            final, tmp = p.model(size), p.root / f".model-{size}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            if borrow and self._base_ready(f"model-{size}"):
+                shutil.copytree(self.base.model(size), tmp)
+            else:
+                self._run([str(p.python), str(p.root / "tools" / "make_model.py"), str(tmp), "--size", size],
+                          f"building the {size} model")
+            shutil.rmtree(final, ignore_errors=True)
+            tmp.rename(final)
+
+        return build
+
     def steps(self, sizes: tuple[str, ...]) -> list[Step]:
         if not self.variant.is_default:
             return self._variant_steps(sizes)
@@ -242,17 +260,7 @@ class LabBuilder:
             write_target_files(p)
 
         def model(size: str) -> Callable[[], None]:
-            def build() -> None:
-                final, tmp = p.model(size), p.root / f".model-{size}.tmp"
-                shutil.rmtree(tmp, ignore_errors=True)
-                self._run(
-                    [str(p.python), str(p.root / "tools" / "make_model.py"), str(tmp), "--size", size],
-                    f"building the {size} model",
-                )
-                shutil.rmtree(final, ignore_errors=True)
-                tmp.rename(final)
-
-            return build
+            return self._model_step(size, borrow=False)
 
         def probe() -> None:
             self._run(
@@ -351,18 +359,7 @@ class LabBuilder:
             write_target_files(p)
 
         def model(size: str) -> Callable[[], None]:
-            def build() -> None:
-                final, tmp = p.model(size), p.root / f".model-{size}.tmp"
-                shutil.rmtree(tmp, ignore_errors=True)
-                if self._base_ready(f"model-{size}"):
-                    shutil.copytree(self.base.model(size), tmp)
-                else:
-                    self._run([str(p.python), str(p.root / "tools" / "make_model.py"), str(tmp), "--size", size],
-                              f"building the {size} model")
-                shutil.rmtree(final, ignore_errors=True)
-                tmp.rename(final)
-
-            return build
+            return self._model_step(size, borrow=True)
 
         def probe() -> None:
             # not speculators.data_generation: that import may itself be one of the faults medic is there for

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import posixpath
+import shlex
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,12 +43,13 @@ class EnvEdit(BaseModel):
     library: str = ""  # the value is this library's file, found on the host once a host step has installed it
 
     def describe(self) -> str:
+        """The edit as a POSIX shell line: what the trace and the report's "Run your job with" show."""
         if self.action == "unset":
             return f"unset {self.var}"
-        if self.action == "prepend":
-            value = self.value or f"<the {self.library} file>"
+        value = shlex.quote(self.value or f"<the {self.library} file>")
+        if self.action == "prepend":  # keep what the variable already holds after the new entry
             return f"{self.var}={value}${{{self.var}:+:${self.var}}}"
-        return f"{self.var}={self.value}"
+        return f"{self.var}={value}"
 
 
 class Patch(BaseModel):

@@ -17,8 +17,11 @@ from agent.state import SessionState
 from tools.errors import PatchError
 from tools.patches import EnvEdit, Patch, apply_patch, revert_patch
 
-# faults predicted before any launch: with no repair they are left for the runs to confirm
-BEFORE_LAUNCH = ("scan", "preflight")
+
+def predicted(fault: dict[str, Any] | None) -> bool:
+    """A fault the scan predicted before any launch: with no repair it is left for the runs to confirm, and
+    after its repair the scan looks again (agent/graph.py routes on this too)."""
+    return str((fault or {}).get("stage") or "") == "scan"
 
 
 def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
@@ -34,7 +37,7 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     if not queue or len(tried) >= deps.config.budgets.max_candidates_per_fault:
         why = "no playbook, derived repair or model found a patch" if not tried else (
             f"{len(tried)} candidate patch(es) failed")
-        if fault.stage in BEFORE_LAUNCH:  # a prediction, not a failure: the runs will tell
+        if predicted(state.get("fault")):  # a prediction, not a failure: the runs will tell
             deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "left_for": "the runs"})
             return {"candidates": [], "proposal": None}
         deps.record("no_repair", "repair", {"fault": fault.summary, "why": why})
@@ -77,9 +80,10 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
 
 def resolved(ctx: RepairContext, cand: Candidate) -> Candidate:
     """The env edits that name a library get its file, now that the host steps have installed it."""
-    from agent.repair.derived_env import find_library
+    from agent.repair.derived_env import LIBRARY_MEMO, find_library
 
-    ctx.memo.clear()  # what was missing before the host step may be there now
+    for key in [k for k in ctx.memo if k.startswith(LIBRARY_MEMO)]:  # missing before the host step, maybe not now
+        del ctx.memo[key]
     edits = []
     for edit in cand.patch.env:
         if edit.library and not edit.value:
@@ -108,12 +112,25 @@ def verify(state: SessionState, deps: Deps) -> dict[str, Any]:
     results = run_before_checks(deps.context(state), cand, deps.config.target.env,
                                 lambda result: deps.record("check", "verify", result))
     update: dict[str, Any] = {"verifications": [*(state.get("verifications") or []), *results]}
-    if all(r["ok"] for r in results):  # several patches before one launch: their checks all wait for it
-        pending = list(state.get("pending_checks") or [])
-        waiting = {check_from_dict(c).describe() for c in pending}  # one import of a module proves it for all
-        update["pending_checks"] = [*pending, *({**asdict(c), "patch_id": cand.patch.id} for c in cand.checks
-                                                if c.when == "during_load" and c.describe() not in waiting)]
+    if all(r["ok"] for r in results):
+        update["pending_checks"] = queue_checks(state.get("pending_checks") or [],
+                                                [asdict(c) for c in cand.checks], cand.patch.id)
     return update
+
+
+def queue_checks(pending: list[dict[str, Any]], checks: list[dict[str, Any]], patch_id: str) -> list[dict[str, Any]]:
+    """The during-load checks of a patch join those already waiting for the next launch (several patches go
+    before one launch), each named by its patch; a check already waiting is not queued twice (one import of a
+    module proves it for every patch of that module)."""
+    waiting = {check_from_dict(c).describe() for c in pending}
+    return [*pending, *({**c, "patch_id": patch_id} for c in checks
+                        if c.get("when") == "during_load" and check_from_dict(c).describe() not in waiting)]
+
+
+def revert_index(patches: list[dict[str, Any]], run: dict[str, Any] | None) -> int:
+    """Which kept patch a revert undoes: the one whose check failed during the load, else the newest."""
+    culprit = (run or {}).get("failed_patch")
+    return next((i for i, p in enumerate(patches) if p["patch"]["id"] == culprit), len(patches) - 1)
 
 
 def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
@@ -121,10 +138,7 @@ def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
     patches = list(state.get("patches") or [])
     if not patches:
         return {}
-    # a check that failed during the load names its patch; otherwise the newest patch is the suspect
-    culprit = (state.get("run") or {}).get("failed_patch")
-    at = next((i for i, p in enumerate(patches) if p["patch"]["id"] == culprit), len(patches) - 1)
-    last = patches.pop(at)
+    last = patches.pop(revert_index(patches, dict(state.get("run") or {})))
     patch = Patch.model_validate(last["patch"])
     if patch.files:  # an env remedy wrote nothing: dropping it from the kept patches is its revert
         revert_patch(deps.host, patch.id, ledger_dir=deps.config.ledger_dir)

@@ -24,6 +24,7 @@ from tools.errors import MedicError
 
 LIBRARY = re.compile(r"^lib[\w+-]*$")
 NOT_THE_LIBRARY = re.compile(r"stub|_db\b|_db\.|debug|\.dbg|\.a$")  # look-alikes that are not the runtime
+LIBRARY_MEMO = "library:"  # ctx.memo keys of find_library's answers (a host step can change them)
 QUOTED = re.compile(r"""['"`]([\w.+-]+)['"`]""")
 
 
@@ -66,25 +67,29 @@ def required_in_env(ctx: RepairContext, check: EnvCheck) -> list[Candidate]:
     if found:
         why = (f"the library's check at {at} demands {check.required} in {check.var}; {found} is there: "
                f"prepend it to {check.var} for medic's launches (the check stays)")
-        patch = env_patch((EnvEdit(var=check.var, action="prepend", value=found),), rationale=why,
-                          origin="derived:env:required_library", evidence=(*evidence, f"found: {found}"),
-                          checks=(f"library_found {check.required}",))
-        return [Candidate(patch, patch.origin, why, patch.evidence, (Check("library_found", check.required),))]
+        return [remedy(EnvEdit(var=check.var, action="prepend", value=found), why, "derived:env:required_library",
+                       (*evidence, f"found: {found}"), (Check("library_found", check.required),))]
     package = debian_package(ctx, check.required)
     if package is None:
         return []
     step = f"apt-get install -y {shlex.quote(package)}"
     why = (f"the library's check at {at} demands {check.required} in {check.var}, and no {check.required} is "
            f"on {ctx.host.name}: install {package} (its apt-cache names it), then medic prepends it")
-    patch = env_patch((EnvEdit(var=check.var, action="prepend", library=check.required),), rationale=why,
-                      origin="derived:host:package", evidence=(*evidence, f"apt-cache: {package}"),
-                      checks=(f"library_found {check.required}",), host_steps=(step,))
-    return [Candidate(patch, patch.origin, why, patch.evidence, (Check("library_found", check.required),))]
+    return [remedy(EnvEdit(var=check.var, action="prepend", library=check.required), why, "derived:host:package",
+                   (*evidence, f"apt-cache: {package}"), (Check("library_found", check.required),), (step,))]
+
+
+def remedy(edit: EnvEdit, why: str, origin: str, evidence: tuple[str, ...], checks: tuple[Check, ...] = (),
+           host_steps: tuple[str, ...] = ()) -> Candidate:
+    """One env edit (and the host steps it needs first) as a candidate, its checks named in the patch too."""
+    patch = env_patch((edit,), rationale=why, origin=origin, evidence=evidence,
+                      checks=tuple(c.describe() for c in checks), host_steps=host_steps)
+    return Candidate(patch, origin, why, evidence, checks)
 
 
 def find_library(ctx: RepairContext, name: str) -> str | None:
     """A file of the shared library ``name`` (``libfoo``): the target env's own first, then the host's."""
-    memo = f"library:{name}"
+    memo = f"{LIBRARY_MEMO}{name}"
     if memo in ctx.memo:
         return ctx.memo[memo]
     prefix = ctx.python.rsplit("/bin/", 1)[0] if "/bin/" in ctx.python else ""
@@ -132,8 +137,7 @@ def choice_asked_for(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             why = (f"the error asks for {wanted[0]!r}; {package} reads {choice.var} (choices "
                    f"{', '.join(choice.choices)}, default {choice.default}) at {choice.path}:{choice.line}: "
                    f"set it for medic's launches")
-            patch = env_patch((EnvEdit(var=choice.var, action="set", value=wanted[0]),), rationale=why,
-                              origin="derived:env:library_choice",
-                              evidence=(f"{choice.path}:{choice.line}: {choice.var} in {choice.choices}",))
-            out.append(Candidate(patch, patch.origin, why, patch.evidence, ()))
+            out.append(remedy(EnvEdit(var=choice.var, action="set", value=wanted[0]), why,
+                              "derived:env:library_choice",
+                              (f"{choice.path}:{choice.line}: {choice.var} in {choice.choices}",)))
     return out

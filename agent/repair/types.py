@@ -9,7 +9,7 @@ from tools.host import Host
 from tools.patches import Patch
 from tools.tracebacks import message_line
 
-FaultStage = Literal["scan", "preflight", "canary", "crash", "validate", "verify"]
+FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
 FindingKind = Literal["unexpected_kwarg", "missing_argument", "protocol_step", "return_shape", "device_call",
                       "grafted_member", "environment"]
 
