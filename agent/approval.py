@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.codec import patch_to_dict
 from agent.deps import Deps
-from agent.state import SessionState
+from agent.nodes.patching import proposal_of
+from agent.state import CandidateData, PatchData, SessionState
 from tools.errors import PatchError, SessionError, UsageError
 from tools.host import Host
-from tools.patches import patch_from_diff, sha256
+from tools.patches import Patch, patch_from_diff, sha256
 
 ACTIONS = ("approve", "edit", "reject")
 
 
-def stale_files(host: Host, patch: dict[str, Any]) -> list[str]:
+def stale_files(host: Host, patch: PatchData) -> list[str]:
     """One line per file of ``patch`` (a Patch as dict) whose bytes are no longer those it was made from."""
     stale = []
     for file in patch.get("files", ()):
@@ -27,13 +29,13 @@ def stale_files(host: Host, patch: dict[str, Any]) -> list[str]:
     return stale
 
 
-def refuse_if_stale(host: Host, session_id: str, proposal: dict[str, Any]) -> None:
+def refuse_if_stale(host: Host, session_id: str, proposal: CandidateData) -> None:
     """An approval is of the diff a person read; if its file moved on, that diff is not what would be applied.
 
     The CLI calls this before it resumes anything, so a refused approval writes nothing and the patch stays
     pending: the person can reject it (medic then makes a fresh one) or put the file back.
     """
-    patch = proposal.get("patch") or {}
+    patch = proposal["patch"]
     stale = stale_files(host, patch)
     if stale:
         raise SessionError(
@@ -43,12 +45,12 @@ def refuse_if_stale(host: Host, session_id: str, proposal: dict[str, Any]) -> No
 
 
 def answer_proposal(state: SessionState, deps: Deps, answer: Any) -> dict[str, Any]:
-    proposal = dict(state.get("proposal") or {})
+    proposal = proposal_of(state)
     if not isinstance(answer, dict) or answer.get("action") not in ACTIONS:
         raise UsageError(f"an approval answer is one of {', '.join(ACTIONS)}, not {answer!r}")
     action = answer["action"]
-    patch_id = proposal.get("patch", {}).get("id")
-    if action == "approve" and (stale := stale_files(deps.host, proposal.get("patch") or {})):
+    patch_id = proposal["patch"].get("id", "")
+    if action == "approve" and (stale := stale_files(deps.host, proposal["patch"])):
         # Not raised: LangGraph keeps a consumed resume value for a task that failed, so the next answer
         # would be ignored. Back to repair without marking it tried: the same patch is proposed again.
         deps.record("approval_refused", "approve", {"patch_id": patch_id, "why": "stale: " + "; ".join(stale),
@@ -65,18 +67,16 @@ def answer_proposal(state: SessionState, deps: Deps, answer: Any) -> dict[str, A
     except PatchError as err:
         deps.record("patch_refused", "approve", {"patch_id": patch_id, "why": f"edited diff: {err}"})
         return {"proposal": None, "tried": [*(state.get("tried") or []), patch_id]}
-    proposal["patch"] = edited.model_dump(mode="json")
-    proposal["origin"] = edited.origin
-    return {"proposal": proposal}
+    return {"proposal": {**proposal, "patch": patch_to_dict(edited), "origin": edited.origin}}
 
 
-def edited_patch(host: Host, proposal: dict[str, Any], diff: str) -> Any:
+def edited_patch(host: Host, proposal: CandidateData, diff: str) -> Patch:
     """The person's diff as a Patch pinned to the files as they are now (PatchError if it does not apply).
 
     Shared by the graph and the CLI, so a diff the CLI accepted is the one the graph applies.
     """
-    patch = proposal.get("patch") or {}
-    origin = str(proposal.get("origin") or patch.get("origin") or "unknown")
-    return patch_from_diff(host, diff, rationale=str(proposal.get("rationale", "")) + " (edited by a person)",
+    patch = proposal["patch"]
+    origin = proposal.get("origin") or patch.get("origin") or "unknown"
+    return patch_from_diff(host, diff, rationale=proposal.get("rationale", "") + " (edited by a person)",
                            origin=origin if origin.endswith("+edited") else origin + "+edited",
                            evidence=tuple(proposal.get("evidence", ())), checks=tuple(patch.get("checks", ())))

@@ -3,40 +3,51 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import Any, cast
 
 from agent.repair.types import Candidate, Check, Fault, Finding, FrameRef
+from agent.state import CandidateData, CheckData, FaultData, PatchData
 from tools.patches import Patch
 
 
-def fault_to_dict(fault: Fault) -> dict[str, Any]:
-    return asdict(fault)
+def fault_to_dict(fault: Fault) -> FaultData:
+    return cast(FaultData, asdict(fault))
 
 
-def fault_from_dict(data: dict[str, Any]) -> Fault:
-    fields = dict(data)
+def fault_from_dict(data: FaultData) -> Fault:
+    fields: dict[str, Any] = dict(data)
     fields["frames"] = tuple(FrameRef(**f) for f in data.get("frames", ()))
     fields["caller_frames"] = tuple(FrameRef(**f) for f in data.get("caller_frames", ()))
-    fields["finding"] = Finding(**data["finding"]) if data.get("finding") else None
+    finding = data.get("finding")
+    fields["finding"] = Finding(**cast(dict[str, Any], finding)) if finding else None
     fields.pop("launch", None), fields.pop("repeated", None)  # what the state's fault list adds to a Fault
     return Fault(**fields)
 
 
-def check_from_dict(data: dict[str, Any]) -> Check:
-    return Check(**{k: v for k, v in data.items() if k != "patch_id"})  # pending checks name their patch
+def check_from_dict(data: CheckData) -> Check:
+    fields: dict[str, Any] = {k: v for k, v in data.items() if k != "patch_id"}
+    return Check(**fields)  # pending checks name their patch
 
 
-def candidate_to_dict(cand: Candidate) -> dict[str, Any]:
+def check_to_dict(check: Check) -> CheckData:
+    return cast(CheckData, asdict(check))
+
+
+def patch_to_dict(patch: Patch) -> PatchData:
+    return cast(PatchData, patch.model_dump(mode="json"))
+
+
+def candidate_to_dict(cand: Candidate) -> CandidateData:
     return {
-        "patch": cand.patch.model_dump(mode="json"),
+        "patch": patch_to_dict(cand.patch),
         "origin": cand.origin,
         "rationale": cand.rationale,
         "evidence": list(cand.evidence),
-        "checks": [asdict(c) for c in cand.checks],
+        "checks": [check_to_dict(c) for c in cand.checks],
     }
 
 
-def candidate_from_dict(data: dict[str, Any]) -> Candidate:
+def candidate_from_dict(data: CandidateData) -> Candidate:
     return Candidate(
         patch=Patch.model_validate(data["patch"]),
         origin=data["origin"],
@@ -46,5 +57,5 @@ def candidate_from_dict(data: dict[str, Any]) -> Candidate:
     )
 
 
-def patch_diff(data: dict[str, Any]) -> str:
-    return "".join(f["diff"] for f in data["patch"]["files"])
+def patch_diff(data: CandidateData) -> str:
+    return "".join(f["diff"] for f in data["patch"].get("files", ()))

@@ -69,7 +69,7 @@ class SessionConfig(BaseModel):
     scan: bool = True  # static drift scan before the first launch
     canary: bool = True  # run the canary first when target.canary_command is set
     traces_dir: str = "traces"
-    llm: dict[str, str] | None = None  # LLM settings (agent/llm.py); secrets come from the environment
+    llm: dict[str, str] | None = None  # LLM settings (agent/llm/chat.py); secrets come from the environment
     policy_file: str | None = None
     # a fresh session reusing an old id must not inherit its host-side ledger (launches, patches)
     instance: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])

@@ -5,16 +5,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agent.config import SessionConfig
 from agent.events import EventKind
+from agent.record.trace import TraceWriter
+from agent.record.view import View
 from agent.repair.engine import RepairEngine
 from agent.repair.types import RepairContext
 from agent.state import PreflightInfo, SessionState
-from agent.trace import TraceWriter
-from agent.view import View
 from tools.host import Host
+
+
+class Settings(Protocol):
+    """What the routers (and the checks they share with replay) read beside the state: the session's config and
+    its clock. Deps is one; replay passes its own, with the trace's config and the recorded time."""
+
+    @property
+    def config(self) -> SessionConfig: ...
+
+    def clock(self) -> float: ...
 
 
 @dataclass

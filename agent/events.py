@@ -1,6 +1,6 @@
-"""The trace's vocabulary: every kind of event medic records, in one Literal shared by the writer (agent/trace.py),
-the live view (agent/view.py), replay and the postmortem. mypy holds every ``record(kind, …)`` to it, so a
-misspelt kind is a type error, not an event nobody reads.
+"""The trace's vocabulary: every kind of event medic records, in one Literal shared by the writer
+(agent/record/trace.py), the live view (agent/record/view.py), replay and the postmortem. mypy holds every
+``record(kind, …)`` to it, so a misspelt kind is a type error, not an event nobody reads.
 """
 
 from __future__ import annotations

@@ -23,10 +23,10 @@ from typing import Any, Literal, get_args, get_type_hints
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from agent.deps import Deps
+from agent.deps import Deps, Settings
 from agent.nodes.diagnose import diagnose
 from agent.nodes.launch import launch, on_canary, target_launches, watch
-from agent.nodes.patching import apply, predicted, repair, revert, verify, verify_passed
+from agent.nodes.patching import apply, predicted, proposal_of, repair, revert, verify, verify_passed
 from agent.nodes.preflight import preflight
 from agent.nodes.report import report
 from agent.nodes.scan import scan
@@ -36,7 +36,8 @@ from agent.state import SessionState
 
 # -- routers: each returns the name of the next node -----------------------------------------------------
 def needs_host_change(state: SessionState) -> bool:
-    return bool(((state.get("proposal") or {}).get("patch") or {}).get("host_steps"))
+    proposal = state.get("proposal")
+    return bool(proposal and proposal["patch"].get("host_steps"))
 
 
 def after_scan(state: SessionState) -> Literal["repair", "launch"]:
@@ -64,7 +65,7 @@ def after_validate(state: SessionState) -> Literal["report", "repair", "launch"]
     return "repair" if state.get("fault") else "launch"  # no fault: the canary passed, the target is next
 
 
-def after_repair(state: SessionState, deps: Deps) -> Literal["approve", "apply", "scan", "report"]:
+def after_repair(state: SessionState, deps: Settings) -> Literal["approve", "apply", "scan", "report"]:
     if state.get("outcome"):
         return "report"
     if not state.get("proposal"):
@@ -83,7 +84,7 @@ def after_apply(state: SessionState) -> Literal["verify", "repair"]:
     return "verify" if state.get("proposal") else "repair"  # refused: nothing written, try the next one
 
 
-def after_verify(state: SessionState, deps: Deps) -> Literal["scan", "launch", "confirm", "revert", "budget_stop"]:
+def after_verify(state: SessionState, deps: Settings) -> Literal["scan", "launch", "confirm", "revert", "budget_stop"]:
     if not verify_passed(state):
         return "revert"
     if predicted(state.get("fault")):
@@ -105,13 +106,13 @@ def approve(state: SessionState, deps: Deps) -> dict[str, Any]:
     from agent.approval import answer_proposal
     from agent.policy import policy_answer
 
-    proposal = state.get("proposal") or {}
+    proposal = proposal_of(state)
     auto = policy_answer(deps.config, proposal)  # before the interrupt: an auto-answer never waits
     if auto is not None:
-        deps.record("policy", "approve", {"patch_id": proposal.get("patch", {}).get("id"), **auto})
+        deps.record("policy", "approve", {"patch_id": proposal["patch"].get("id"), **auto})
         return answer_proposal(state, deps, auto)
-    steps = list((proposal.get("patch") or {}).get("host_steps") or [])
-    deps.record("approval", "approve", {"patch_id": proposal.get("patch", {}).get("id"),
+    steps = list(proposal["patch"].get("host_steps") or [])
+    deps.record("approval", "approve", {"patch_id": proposal["patch"].get("id"),
                                         "session": deps.config.session_id, "host_steps": steps})
     answer = interrupt({"kind": "host_change" if steps else "approve_patch", "proposal": proposal,
                         "host_steps": steps})

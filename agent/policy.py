@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.config import SessionConfig
+from agent.state import CandidateData
 from tools.errors import UsageError
 
 Decision = Literal["allow", "deny", "ask"]
@@ -116,13 +117,13 @@ def load_policy(path: str | Path) -> Policy:
         raise UsageError(f"policy {path}: {where}: {err['msg']}") from exc
 
 
-def proposal_files(proposal: dict[str, Any]) -> list[str]:
-    return [str(f["path"]) for f in (proposal.get("patch") or {}).get("files", ())]
+def proposal_files(proposal: CandidateData) -> list[str]:
+    return [f["path"] for f in proposal["patch"].get("files", ())]
 
 
-def decide(policy: Policy, proposal: dict[str, Any]) -> tuple[Decision, Rule | None]:
-    """allow / deny / ask for a proposal (a Candidate as dict), and the rule that decided it."""
-    origin = str(proposal.get("origin") or (proposal.get("patch") or {}).get("origin") or "")
+def decide(policy: Policy, proposal: CandidateData) -> tuple[Decision, Rule | None]:
+    """allow / deny / ask for a proposal, and the rule that decided it."""
+    origin = proposal.get("origin") or proposal["patch"].get("origin") or ""
     paths = proposal_files(proposal)
     matching = [r for r in policy.rules if r.matches(origin, paths)]
     for action in ("deny", "allow"):
@@ -132,7 +133,7 @@ def decide(policy: Policy, proposal: dict[str, Any]) -> tuple[Decision, Rule | N
     return "ask", None
 
 
-def policy_answer(config: SessionConfig, proposal: dict[str, Any]) -> dict[str, Any] | None:
+def policy_answer(config: SessionConfig, proposal: CandidateData) -> dict[str, Any] | None:
     """The approve node's auto-answer under ``config.policy_file``, or None to ask a person."""
     if not config.policy_file:
         return None

@@ -22,9 +22,9 @@ from langgraph.types import Command
 from agent.config import SessionConfig, medic_home
 from agent.deps import Deps
 from agent.graph import build_graph
+from agent.record.trace import TraceWriter
+from agent.record.view import View
 from agent.repair.engine import RepairEngine
-from agent.trace import TraceWriter
-from agent.view import View
 from tools.errors import SessionError, UsageError
 from tools.host import Host, LocalHost
 from tools.redact import Redactor
@@ -88,7 +88,7 @@ def checkpointer() -> Iterator[SqliteSaver]:
 
 def connect_host(config: SessionConfig) -> Host:
     target = config.target.host
-    if target in ("local", "localhost-direct"):
+    if target == "local":
         return LocalHost()
     from tools.ssh import SSHHost
 
@@ -139,7 +139,7 @@ def make_deps(config: SessionConfig, host: Host | None = None, view: View | None
     trace = TraceWriter(Path(config.traces_dir) / f"{config.session_id}.jsonl", header, redactor)
     deps = Deps(host=host, config=config, engine=engine or RepairEngine(), trace=trace, view=view or View())
     if engine is None and config.llm is not None:
-        from agent.llm_fallback import llm_fallback
+        from agent.llm.fallback import llm_fallback
 
         deps.engine.fallback = llm_fallback(config.llm, deps.record)
     return deps

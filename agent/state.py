@@ -4,7 +4,7 @@ can compare it. Nodes return only the keys they change; lists are replaced whole
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 
 class PreflightInfo(TypedDict, total=False):
@@ -29,6 +29,105 @@ class CheckResult(TypedDict, total=False):
     when: str  # "before" | "during_load" | "after_exit"
     phase: str
     launch: int
+
+
+class FrameData(TypedDict):
+    """A FrameRef as the state holds it."""
+
+    file: str
+    line: int
+    func: str
+    code: str
+
+
+class FindingData(TypedDict):
+    """A scan Finding as the state holds it."""
+
+    kind: str
+    callee: str
+    name: str
+    detail: str
+
+
+class FaultData(TypedDict, total=False):
+    """A Fault (agent/repair/types.py) as the state holds it, plus where the fault list places it."""
+
+    stage: str  # scan | canary | crash | validate | verify
+    exc_type: str
+    message: str
+    frames: list[FrameData]
+    caller_frames: list[FrameData]
+    fingerprint: str
+    proc: str | None
+    log_excerpt: str
+    finding: FindingData | None
+    reach: list[str]
+    launch: int | None  # the launch it came from (none for the scan)
+    repeated: bool  # the same fingerprint as the fault before it, after a patch
+
+
+class CheckData(TypedDict, total=False):
+    """A Check as the state holds it; a queued one names the patch it proves."""
+
+    kind: str
+    target: str
+    detail: str
+    when: str  # "before" | "during_load"
+    patch_id: str
+
+
+class FilePatchData(TypedDict):
+    path: str
+    diff: str
+    sha256_before: str
+    sha256_after: str
+
+
+class EnvEditData(TypedDict, total=False):
+    var: str
+    action: str  # set | unset | prepend
+    value: str
+    library: str
+
+
+class PatchData(TypedDict, total=False):
+    """tools.diffs.Patch as JSON (``model_dump(mode="json")``)."""
+
+    id: str
+    files: list[FilePatchData]
+    rationale: str
+    origin: str
+    evidence: list[str]
+    checks: list[str]
+    env: list[EnvEditData]
+    host_steps: list[str]
+
+
+class CandidateData(TypedDict):
+    """A Candidate as the state holds it: the patch and the reasons for it."""
+
+    patch: PatchData
+    origin: str  # "playbook:<id>", "derived:<kind>", "llm"
+    rationale: str
+    evidence: list[str]
+    checks: list[CheckData]
+    approved_by: NotRequired[str]  # who said yes; a policy rule's name lets medic run host steps
+
+
+class KeptPatch(CandidateData, total=False):
+    """A candidate applied and kept, and the fault (index into ``faults``) it answers."""
+
+    fault_index: int
+
+
+class ValidationReport(TypedDict, total=False):
+    """What a validator printed as JSON (medic's own or the user's): the keys medic reads; others pass through."""
+
+    verified: bool
+    readable: bool
+    sequences: int
+    max_abs_error_per_layer: dict[str, float]
+    problems: list[str]
 
 
 class LaunchRecord(TypedDict, total=False):
@@ -68,28 +167,28 @@ class SessionState(TypedDict, total=False):
     run: LaunchRecord | None
     """The launch being watched, or the last one."""
 
-    fault: dict[str, Any] | None
+    fault: FaultData | None
     """The fault being repaired (a Fault as dict)."""
 
-    faults: list[dict[str, Any]]
+    faults: list[FaultData]
     """Every fault seen, in order, with how it was found (scan, canary, crash, validate, verify)."""
 
-    candidates: list[dict[str, Any]]
+    candidates: list[CandidateData]
     """Candidate patches for the current fault, best first (Candidate as dict)."""
 
     tried: list[str]
     """Patch ids tried (applied then failed, or rejected) for the current fault."""
 
-    proposal: dict[str, Any] | None
+    proposal: CandidateData | None
     """The candidate about to be applied (approve mode: waiting for a person)."""
 
-    patches: list[dict[str, Any]]
+    patches: list[KeptPatch]
     """Patches applied and kept, in order: patch, origin, rationale, evidence, checks, fault index."""
 
     verifications: list[CheckResult]
     """Every check run: patch id, check, ok, detail, when ('before' or 'during_load')."""
 
-    pending_checks: list[dict[str, Any]]
+    pending_checks: list[CheckData]
     """Checks of the last patch still to run while the next launch loads."""
 
     outcome: str | None
@@ -101,5 +200,5 @@ class SessionState(TypedDict, total=False):
     canary_done: bool
     """True once the canary (the same driver on a tiny model) produced verified output, or when there is none."""
 
-    validation: dict[str, Any] | None
+    validation: ValidationReport | None
     """The last validator report (per-layer errors, problems)."""

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MEDIC = [sys.executable, "-c", "from agent.cli import main; main()"]
+MEDIC = [sys.executable, "-c", "from agent.cli.main import main; main()"]
 STRATEGIES = {
     "naive": ["--no-scan", "--no-canary"],
     "medic-no-scan": ["--no-scan"],

@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/matrix.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
-from agent.postmortem import PatchView, summarize  # noqa: E402
-from agent.tracefile import read_trace  # noqa: E402
+from agent.record.postmortem import PatchView, summarize  # noqa: E402
+from agent.record.tracefile import read_trace  # noqa: E402
 from lab.build import LabBuilder, LabPaths, Variant  # noqa: E402
 from tools.errors import MedicError  # noqa: E402
 
-MEDIC = [sys.executable, "-c", "from agent.cli import main; main()"]
+MEDIC = [sys.executable, "-c", "from agent.cli.main import main; main()"]
 VLLM_DIRS = ("/site-packages/vllm/",)  # a patch here edits the library the job runs on, never the caller
 
 
@@ -67,7 +67,7 @@ def touches_vllm(patch: PatchView) -> bool:
 
 
 def read_figures(result: PairResult, trace_path: Path) -> None:
-    """Launches, patches, remedies and the outcome from a session's trace (agent/postmortem.py's summary)."""
+    """Launches, patches, remedies and the outcome from a session's trace (agent/record/postmortem.py's summary)."""
     s = summarize(read_trace(trace_path))
     kinds = [launch.kind for launch in s.launches]
     result.target, result.canary = kinds.count("target"), kinds.count("canary")

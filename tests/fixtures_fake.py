@@ -156,7 +156,7 @@ def fake(make_fake: MakeFake) -> Fake:
 
 # -- the real CLI in a fresh process, and the figures bench/faults.py prints ---------------------------------
 REPO = Path(__file__).resolve().parents[1]
-MEDIC = [sys.executable, "-c", "from agent.cli import main; main()"]
+MEDIC = [sys.executable, "-c", "from agent.cli.main import main; main()"]
 
 
 def medic_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180.0,

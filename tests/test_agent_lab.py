@@ -16,7 +16,7 @@ from lab.build import LabPaths
 
 pytestmark = pytest.mark.lab
 
-MEDIC = [sys.executable, "-c", "from agent.cli import main; main()"]
+MEDIC = [sys.executable, "-c", "from agent.cli.main import main; main()"]
 # the cascade with the scan: seven faults the static scan finds before any launch, then one only a run shows
 SCANNED = [
     ("TypeError", "unexpected keyword argument 'kv_cache_specs'"),

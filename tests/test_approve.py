@@ -24,7 +24,7 @@ from tools.errors import UsageError
 REPO = Path(__file__).resolve().parents[1]
 CLI = """
 import sys, typer
-from agent import cli_approve
+from agent.cli import approve as cli_approve
 from tools.errors import MedicError
 app = typer.Typer(pretty_exceptions_enable=False)
 app.command()(cli_approve.approve)
@@ -241,7 +241,7 @@ def test_policy_answer_and_bad_files(tmp_path: Path, fake: Fake) -> None:
 
 
 def test_policy_check_shows_the_rule_for_each_patch_of_a_session(tmp_path: Path, fake: Fake) -> None:
-    from agent import cli_approve
+    from agent.cli import approve as cli_approve
 
     pid = wait_for_approval(fake)["patch"]["id"]
     policy = tmp_path / "p.yaml"

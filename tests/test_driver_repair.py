@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.repair.engine import RepairEngine
+from agent.repair.scan import scan
 from agent.repair.types import RepairContext
-from agent.scan import scan
 from lab.build import LabPaths
 from tools.host import LocalHost
 from tools.patches import apply_patch

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli_run import lab_target
+from agent.cli.run import lab_target
 from agent.config import SessionConfig, Target
 from agent.nodes.diagnose import fault_from_log
+from agent.record.replay import replay
 from agent.remedies import job_env
 from agent.repair.derived_env import environment_remedy, find_library
 from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
 from agent.repair.env_checks import bind_message, env_checks
+from agent.repair.scan_env import environment_drift
 from agent.repair.types import Fault, FrameRef, RepairContext
-from agent.replay import replay
-from agent.scan_env import environment_drift
 from agent.session import run_session
 from lab.build import LabBuilder, LabPaths, Variant
 from tools.diffs import EnvEdit
@@ -152,7 +152,7 @@ def test_an_unattended_session_on_vllm_0_18_1_reaches_verified_output(lab_0181: 
 def test_an_env_remedy_whose_fault_came_back_is_reverted_by_dropping_it(tmp_path: Path) -> None:
     from agent.deps import Deps
     from agent.nodes.patching import revert
-    from agent.trace import TraceWriter
+    from agent.record.trace import TraceWriter
     from tools.diffs import env_patch
     from tools.redact import Redactor
 

@@ -7,10 +7,10 @@ import ast
 from pathlib import Path
 
 from agent.events import EVENT_KINDS
-from agent.replay import NODE_OF
+from agent.record.replay import NODE_OF
 
 ROOT = Path(__file__).resolve().parents[1]
-READERS = ("agent/view.py", "agent/replay.py", "agent/postmortem.py", "agent/postmortem_html.py")
+READERS = tuple(f"agent/record/{name}.py" for name in ("view", "replay", "postmortem", "postmortem_html"))
 
 
 def kinds_read(path: Path) -> set[str]:

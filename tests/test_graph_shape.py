@@ -11,8 +11,8 @@ from agent import graph as graph_module
 from agent.config import SessionConfig, Target
 from agent.deps import Deps
 from agent.graph import build_graph
+from agent.record.trace import TraceWriter
 from agent.repair.engine import RepairEngine
-from agent.trace import TraceWriter
 from tools.host import LocalHost
 from tools.redact import Redactor
 

@@ -22,8 +22,8 @@ import pytest
 from agent.repair import derived_calls
 from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
+from agent.repair.scan_rules import device_drift
 from agent.repair.types import Fault, FrameRef, RepairContext
-from agent.scan_rules import device_drift
 from lab.build import RUN_ENV
 from tests.fixtures_lab import GEN
 from tools.patches import apply_patch

@@ -13,8 +13,8 @@ import pytest
 
 from agent.config import Target
 from agent.job import driver_path, script_argument, with_interpreter
+from agent.repair.scan import scan_files
 from agent.repair.types import RepairContext
-from agent.scan import scan_files
 from tests.fixtures_fake import CHECK, FIXED, Fake, MakeFake, medic_cli
 from tools.host import LocalHost
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.trace import TraceWriter
+from agent.record.trace import TraceWriter
 from bench.matrix import PairResult, read_figures, totals
 from lab.build import (
     DEFAULT_ROOT,

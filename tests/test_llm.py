@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from agent import prompts
-from agent.llm import ChatModel, LLMConfig
-from agent.llm_tools import TOOLS, Proposal, ToolBox
-from agent.repair.llm_repair import candidate_from_proposal, llm_candidates
+from agent.llm import prompts
+from agent.llm.chat import ChatModel, LLMConfig
+from agent.llm.repair import candidate_from_proposal, llm_candidates
+from agent.llm.tools import TOOLS, Proposal, ToolBox
 from agent.repair.types import Check, Fault, FrameRef, RepairContext
 from tests.openai_server import (
     Hang,

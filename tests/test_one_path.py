@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from agent.cli_run import lab_target
+from agent.cli.run import lab_target
 from agent.config import SessionConfig
-from agent.replay import replay
+from agent.record.replay import replay
 from agent.session import run_session
 from lab.build import LabPaths
 from tests.fixtures_lab import GEN, WORKER

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from agent.config import SessionConfig, Target
-from agent.postmortem import postmortem_markdown, summarize
-from agent.postmortem_html import postmortem_html
+from agent.record.postmortem import postmortem_markdown, summarize
+from agent.record.postmortem_html import postmortem_html
+from agent.record.replay import replay
+from agent.record.report import human_numbers, human_seconds, render_report
+from agent.record.tracefile import read_trace
 from agent.repair.context import candidate
 from agent.repair.types import RepairContext
-from agent.replay import replay
-from agent.report import human_numbers, human_seconds, render_report
-from agent.tracefile import read_trace
 from tools.host import LocalHost
 
 TRACES = Path(__file__).parent / "data" / "traces"

@@ -127,7 +127,7 @@ def variants(words: tuple[str, ...]) -> list[list[str]]:
 # -- the real CLI, as its help shows it ------------------------------------------------------------------
 def medic_argv() -> list[str]:
     exe = Path(sys.executable).with_name("medic")
-    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from agent.cli import main; main()"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from agent.cli.main import main; main()"]
 
 
 @dataclass

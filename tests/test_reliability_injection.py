@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agent.codec import fault_from_dict
-from agent.prompts import close_marker, fault_message
+from agent.llm.prompts import close_marker, fault_message
 from agent.session import make_deps, run_session
 from tests.fixtures_fake import MakeFake, record_figure
 from tools.host import Command, CommandResult, LocalHost

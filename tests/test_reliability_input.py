@@ -44,7 +44,7 @@ def check(name: str, ok: bool) -> None:
 RUN = ["run", "--no-scan", "--mode", "unattended"]
 
 
-# fixed: agent/cli_run.py run() (Target(...) ~line 74, SessionConfig(...) ~line 81): a bad session id or a relative
+# fixed: agent/cli/run.py run() (Target(...) ~line 74, SessionConfig(...) ~line 81): a bad session id or a relative
 # --python raises pydantic's ValidationError, not a UsageError: a multi-line traceback, exit 1.
 @pytest.mark.parametrize("name,args,expect", [
     ("bad session id", ["--session", "../evil", "--python", "/usr/bin/python3", "--workdir", "/tmp", "--",
@@ -126,7 +126,7 @@ def test_disk_full_while_writing_the_trace(make_fake: MakeFake, tmp_path: Path) 
         again = medic_cli("resume", "full")
         ok = one_line(done, "cannot write the trace") and whole and again.returncode in (0, 4)
         record_figure("bad input: disk full (trace)", survived=int(ok), total=1, partial_writes=int(not whole))
-        # fixed: agent/trace.py close() (line ~62): after _write's UsageError, close() flushes the rest of the
+        # fixed: agent/record/trace.py close() (line ~62): after _write's UsageError, close() flushes the rest of the
         # buffered line, hits ENOSPC again and raises a bare OSError (a traceback), and the trace keeps half a line.
         assert {"one line": one_line(done, "cannot write the trace"), "trace whole": whole,
                 "resumed": again.returncode in (0, 4)} == {"one line": True, "trace whole": True, "resumed": True}, (

@@ -1,6 +1,6 @@
 """10 planted secrets (medic's environment, Target.env, command arguments, config values, lines the job prints,
 an exception message) must not appear in anything medic writes: the trace, the SQLite checkpoint db (its bytes,
-WAL included), the report, and the prompt a model would get (agent/prompts.py fault_message).
+WAL included), the report, and the prompt a model would get (agent/llm/prompts.py fault_message).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from agent.codec import fault_from_dict
-from agent.prompts import fault_message
+from agent.llm.prompts import fault_message
 from agent.session import checkpointer, load_config
 from tests.fixtures_fake import MakeFake, medic_cli, record_figure
 
@@ -75,7 +75,7 @@ def test_ten_planted_secrets_leak_nowhere(make_fake: MakeFake) -> None:
     # fixed (diagnose redacts): the job's log lines reach the checkpoint db (state fault.log_excerpt,
     # faults[].log_excerpt, from agent/nodes/diagnose.py) and fault_message unredacted; `--api-key VALUE` as two
     # argv words passes tools/redact.py into the trace (header config.target.command, launch.command) and
-    # report.md (agent/report.py "target:" line).
+    # report.md (agent/record/report.py "target:" line).
     with checkpointer() as saver:
         values = saver.get_tuple({"configurable": {"thread_id": "sec"}})
     assert values is not None

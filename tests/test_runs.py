@@ -19,7 +19,6 @@ from tools.runs import (
     RunStatus,
     follow,
     launch,
-    load_duration,
     phases,
     status,
     stop,
@@ -143,7 +142,6 @@ def test_phases_follow_a_vllm_log_in_order() -> None:
     shards = [e.progress for e in events if e.phase == "loading" and e.progress]
     assert shards == [Progress(0, 0, 2, 0, None), Progress(50, 1, 2, 5, 5), Progress(100, 2, 2, 10, 0)]
     assert [e.took for e in events if e.took is not None] == [10.02, 10.35, 1.2]
-    assert load_duration(events) == 10.35
     assert events[-1].progress == Progress(100, 4, 4, 2, 0)
     assert phases("Traceback (most recent call last):\nValueError: nope\n") == []
 

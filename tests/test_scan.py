@@ -10,9 +10,9 @@ import pytest
 
 from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
+from agent.repair.scan_members import grafted_member_drift
+from agent.repair.scan_rules import device_drift, protocol_drift, shape_drift
 from agent.repair.types import Fault, RepairContext
-from agent.scan_members import grafted_member_drift
-from agent.scan_rules import device_drift, protocol_drift, shape_drift
 from tests.fixtures_lab import GEN, WORKER
 from tools.patches import apply_patch
 

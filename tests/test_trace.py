@@ -11,17 +11,16 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import pytest
 
-from agent.postmortem import postmortem_markdown, summarize
-from agent.postmortem_html import postmortem_html
-from agent.replay import replay
-from agent.trace import TraceWriter
-from agent.tracefile import read_trace
+from agent.record.postmortem import postmortem_markdown, summarize
+from agent.record.postmortem_html import postmortem_html
+from agent.record.replay import replay
+from agent.record.trace import TraceWriter
+from agent.record.tracefile import read_trace
 from tools.errors import TraceError
 from tools.redact import Redactor
 
@@ -31,20 +30,9 @@ SECRET = "sk-test-abcdefghijklmnopqrstuv"
 ENV_SECRET = "hunter2-value-XYZ"
 
 
-def _registered() -> bool:
-    from agent.cli import app
-
-    return {"replay", "postmortem"} <= {c.name or getattr(c.callback, "__name__", "") for c in app.registered_commands}
-
-
-# the real entry point; until agent/cli.py registers the two commands, the same two lines are applied first
-SHIM = ("from agent import cli, cli_trace; cli.app.command()(cli_trace.replay); "
-        "cli.app.command()(cli_trace.postmortem); cli.main()")
-
-
 def medic(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [str(ROOT / ".venv" / "bin" / "medic")] if _registered() else [sys.executable, "-c", SHIM]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    return subprocess.run([str(ROOT / ".venv" / "bin" / "medic"), *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
 
 
 def lines(path: Path) -> list[str]:

@@ -17,8 +17,8 @@ from agent.codec import fault_from_dict
 from agent.config import SessionConfig, Target
 from agent.deps import Deps
 from agent.nodes.validate import validate
+from agent.record.trace import TraceWriter
 from agent.repair.engine import RepairEngine
-from agent.trace import TraceWriter
 from lab.build import RUN_ENV, LabPaths
 from tests.fixtures_lab import GEN, ReferenceOutputs
 from tools.host import LocalHost

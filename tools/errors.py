@@ -19,12 +19,10 @@ one place and prints ``medic: <message>``; anything else is a bug and keeps its 
     ├── LabError                            building or checking the embedded lab failed
     ├── TraceError                  exit 2  a trace that cannot be read (not JSON, unknown version, empty)
     ├── SessionError                exit 2  unknown session or patch id, session locked by another process
-    ├── LLMError                            the model endpoint failed after its retries, or broke protocol
-    └── RunExit                             how a session ends; caught in the agent's one loop
-        ├── Verified                exit 0  the output was checked against the reference
-        ├── BudgetSpent             exit 3  launches / wall clock / tokens ran out
-        ├── NoRepair                exit 4  a fault that no playbook, derived repair or model could fix
-        └── WaitingForApproval      exit 5  approve mode: a patch waits for a person
+    └── LLMError                            the model endpoint failed after its retries, or broke protocol
+
+How a session ENDS is not an error: it is an outcome (verified, budget, no_repair, waiting, …), and
+agent/outcomes.py is the one table of outcome → exit code → meaning.
 """
 
 from __future__ import annotations
@@ -97,23 +95,3 @@ class SessionError(MedicError):
 
 class LLMError(MedicError):
     pass
-
-
-class RunExit(MedicError):
-    """Raised (or returned as an outcome) to end a session; ``exit_code`` is the CLI's exit code."""
-
-
-class Verified(RunExit):
-    exit_code = 0
-
-
-class BudgetSpent(RunExit):
-    exit_code = 3
-
-
-class NoRepair(RunExit):
-    exit_code = 4
-
-
-class WaitingForApproval(RunExit):
-    exit_code = 5

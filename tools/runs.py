@@ -253,12 +253,6 @@ def phases(text: str) -> list[PhaseEvent]:
     return events
 
 
-def load_duration(events: Sequence[PhaseEvent]) -> float | None:
-    """How long loading took, from ``Model loading took ... and N seconds``: what LoadEta learns from."""
-    took = [event.took for event in events if event.phase == "loading" and event.took is not None]
-    return took[-1] if took else None
-
-
 @dataclass(frozen=True)
 class LoadEta:
     """Seconds until loading ends: from this run's shard bar once it moves, else from earlier loads."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.checks import ADVISORY, run_check
 from agent.codec import check_from_dict
-from agent.deps import Deps
+from agent.deps import Deps, Settings
 from agent.job import with_interpreter
 from agent.remedies import env_edits, job_env, with_unset
 from agent.repair.types import Check
@@ -66,7 +66,7 @@ def substituted(replaced: str | None, python: str) -> dict[str, Any]:
     return {"interpreter": {"given": replaced, "ran": python}} if replaced else {}
 
 
-def canary_commands(state: SessionState, deps: Deps) -> tuple[list[str] | None, list[str] | None]:
+def canary_commands(state: SessionState, deps: Settings) -> tuple[list[str] | None, list[str] | None]:
     """(run, validate) commands of the canary: given in the config, or derived by preflight."""
     target = deps.config.target
     if target.canary_command:
@@ -75,7 +75,7 @@ def canary_commands(state: SessionState, deps: Deps) -> tuple[list[str] | None, 
     return derived.get("command"), derived.get("validate")
 
 
-def on_canary(state: SessionState, deps: Deps) -> bool:
+def on_canary(state: SessionState, deps: Settings) -> bool:
     """The canary runs first, until its output is verified: each fault it finds costs no big-model load."""
     return bool(deps.config.canary and canary_commands(state, deps)[0] and not state.get("canary_done"))
 
@@ -195,7 +195,7 @@ def poll(deps: Deps, run: runs.Run, offset: int, last_status: float) -> tuple[ru
     return chunk, runs.status(deps.host, run), deps.clock()
 
 
-def environment_checks(state: SessionState, deps: Deps) -> list[Check]:
+def environment_checks(state: SessionState, deps: Settings) -> list[Check]:
     """What the host needs for this run to finish, checked while it loads (advisory: never blamed on a patch)."""
     record = state.get("run") or {}
     earlier = [launch_["run_dir"] for launch_ in state.get("launches") or []

@@ -6,26 +6,34 @@ host-side ledger makes a repeated call (a resumed session) a no-op.
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from agent.checks import run_before_checks
-from agent.codec import candidate_from_dict, candidate_to_dict, check_from_dict, fault_from_dict, patch_diff
+from agent.codec import (
+    candidate_from_dict,
+    candidate_to_dict,
+    check_from_dict,
+    check_to_dict,
+    fault_from_dict,
+    patch_diff,
+    patch_to_dict,
+)
 from agent.deps import Deps
 from agent.repair.types import Candidate, RepairContext
-from agent.state import SessionState
+from agent.state import CandidateData, CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
 from tools.errors import PatchError
 from tools.patches import EnvEdit, Patch, apply_patch, revert_patch
 
 
-def predicted(fault: dict[str, Any] | None) -> bool:
+def predicted(fault: FaultData | None) -> bool:
     """A fault the scan predicted before any launch: with no repair it is left for the runs to confirm, and
     after its repair the scan looks again (agent/graph.py routes on this too)."""
-    return str((fault or {}).get("stage") or "") == "scan"
+    return fault is not None and fault.get("stage") == "scan"
 
 
 def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
-    fault = fault_from_dict(state["fault"] or {})
+    fault = fault_from_dict(state.get("fault") or FaultData())
     tried = list(state.get("tried") or [])
     queue = [c for c in state.get("candidates") or [] if c["patch"]["id"] not in tried]
     if not queue and len(tried) < deps.config.budgets.max_candidates_per_fault:
@@ -53,8 +61,16 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     return {"candidates": queue, "proposal": proposal}
 
 
+def proposal_of(state: SessionState) -> CandidateData:
+    """The candidate the routers sent this node with (they route to approve/apply/verify only with one)."""
+    proposal = state.get("proposal")
+    if proposal is None:
+        raise RuntimeError("no proposal in the state: a router sent a node here without one")
+    return proposal
+
+
 def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
-    proposal = state["proposal"] or {}
+    proposal = proposal_of(state)
     cand = candidate_from_dict(proposal)
     ctx = deps.context(state)
     try:
@@ -62,7 +78,7 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
             run_host_steps(deps, cand.patch.id, cand.patch.host_steps)  # a person approved = a person did them
         if any(e.library and not e.value for e in cand.patch.env):
             cand = resolved(ctx, cand)
-            proposal = {**proposal, "patch": cand.patch.model_dump(mode="json")}
+            proposal = {**proposal, "patch": patch_to_dict(cand.patch)}
         already = cand.patch.files and apply_patch(deps.host, cand.patch, roots=ctx.roots,
                                                    ledger_dir=deps.config.ledger_dir).already_applied
     except PatchError as err:  # stale, outside the roots, does not compile: nothing was written
@@ -108,29 +124,34 @@ def run_host_steps(deps: Deps, patch_id: str, steps: tuple[str, ...]) -> None:
 
 def verify(state: SessionState, deps: Deps) -> dict[str, Any]:
     """Checks that need no target-env process run now; the rest wait for the next launch's load."""
-    cand = candidate_from_dict(state["proposal"] or {})
+    cand = candidate_from_dict(proposal_of(state))
     results = run_before_checks(deps.context(state), cand, deps.config.target.env,
                                 lambda result: deps.record("check", "verify", result))
     update: dict[str, Any] = {"verifications": [*(state.get("verifications") or []), *results]}
     if all(r["ok"] for r in results):
         update["pending_checks"] = queue_checks(state.get("pending_checks") or [],
-                                                [asdict(c) for c in cand.checks], cand.patch.id)
+                                                [check_to_dict(c) for c in cand.checks], cand.patch.id)
     return update
 
 
-def queue_checks(pending: list[dict[str, Any]], checks: list[dict[str, Any]], patch_id: str) -> list[dict[str, Any]]:
+def queue_checks(pending: list[CheckData], checks: list[CheckData], patch_id: str) -> list[CheckData]:
     """The during-load checks of a patch join those already waiting for the next launch (several patches go
     before one launch), each named by its patch; a check already waiting is not queued twice (one import of a
     module proves it for every patch of that module)."""
     waiting = {check_from_dict(c).describe() for c in pending}
-    return [*pending, *({**c, "patch_id": patch_id} for c in checks
+    return [*pending, *(with_owner(c, patch_id) for c in checks
                         if c.get("when") == "during_load" and check_from_dict(c).describe() not in waiting)]
 
 
-def revert_index(patches: list[dict[str, Any]], run: dict[str, Any] | None) -> int:
+def with_owner(check: CheckData, patch_id: str) -> CheckData:
+    owned: CheckData = {**check, "patch_id": patch_id}
+    return owned
+
+
+def revert_index(patches: list[KeptPatch], run: LaunchRecord | None) -> int:
     """Which kept patch a revert undoes: the one whose check failed during the load, else the newest."""
-    culprit = (run or {}).get("failed_patch")
-    return next((i for i, p in enumerate(patches) if p["patch"]["id"] == culprit), len(patches) - 1)
+    culprit = run.get("failed_patch") if run else None
+    return next((i for i, p in enumerate(patches) if p["patch"].get("id") == culprit), len(patches) - 1)
 
 
 def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
@@ -138,7 +159,7 @@ def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
     patches = list(state.get("patches") or [])
     if not patches:
         return {}
-    last = patches.pop(revert_index(patches, dict(state.get("run") or {})))
+    last = patches.pop(revert_index(patches, state.get("run")))
     patch = Patch.model_validate(last["patch"])
     if patch.files:  # an env remedy wrote nothing: dropping it from the kept patches is its revert
         revert_patch(deps.host, patch.id, ledger_dir=deps.config.ledger_dir)
@@ -149,7 +170,7 @@ def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
 
 
 def verify_passed(state: SessionState) -> bool:
-    proposal = state.get("proposal") or {}
-    pid = proposal.get("patch", {}).get("id")
+    proposal = state.get("proposal")
+    pid = proposal["patch"].get("id") if proposal else None
     mine = [v for v in state.get("verifications") or [] if v.get("patch_id") == pid and v["when"] == "before"]
     return all(v["ok"] for v in mine)

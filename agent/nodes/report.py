@@ -8,7 +8,7 @@ from typing import Any
 from agent.config import medic_home
 from agent.deps import Deps
 from agent.nodes.launch import end_runs
-from agent.report import render_report
+from agent.record.report import render_report
 from agent.state import SessionState
 
 

@@ -15,7 +15,7 @@ from agent.deps import Deps
 from agent.job import driver_path
 from agent.nodes.diagnose import record_fault
 from agent.remedies import env_edits, job_env
-from agent.scan import scan as scan_drift
+from agent.repair.scan import scan as scan_drift
 from agent.state import SessionState
 from tools.errors import MedicError
 from tools.host import read_text

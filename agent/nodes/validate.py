@@ -75,7 +75,7 @@ def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
 def reached_files(state: SessionState, deps: Deps) -> tuple[str, ...]:
     """The fixable files the driver reaches (the scan's list): where a repair of a wrong output looks."""
     from agent.nodes.scan import driver_of
-    from agent.scan import scan_files
+    from agent.repair.scan import scan_files
 
     try:
         return tuple(scan_files(deps.context(state), driver_of(deps)))

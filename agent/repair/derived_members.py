@@ -24,9 +24,7 @@ from tools import source as src_tools
 from tools.errors import MedicError
 
 NO_ATTRIBUTE = re.compile(r"'(?P<cls>\w+)' object has no attribute '(?P<attr>\w+)'")
-MODULE_NO_ATTRIBUTE = re.compile(r"module '(?P<module>[\w.]+)' has no attribute '(?P<attr>\w+)'")
 CANNOT_IMPORT = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>[\w.]+)'")
-NO_MODULE = re.compile(r"No module named '(?P<module>[\w.]+)'")
 MIN_RENAME_SCORE = 0.6
 
 

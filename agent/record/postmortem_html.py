@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from html import escape
 
-from agent.postmortem import Summary, rationale, summarize
-from agent.report import human_numbers, human_seconds
-from agent.tracefile import Trace
+from agent.record.postmortem import Summary, rationale, summarize
+from agent.record.report import human_numbers, human_seconds
+from agent.record.tracefile import Trace
 
 OUTCOME_COLOURS = {"exited": "#2e9e44", "crashed": "#d33c3c", "timeout": "#e08a00"}
 STOPPED_COLOUR, UNKNOWN_COLOUR = "#8a5cd1", "#8c8c8c"

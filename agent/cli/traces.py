@@ -1,6 +1,6 @@
 """`medic replay` and `medic postmortem`: a recorded session, re-decided or explained. No host, no LLM.
 
-A bad trace makes read_trace raise TraceError (exit 2, one line, printed by agent/cli.py) and nothing is
+A bad trace makes read_trace raise TraceError (exit 2, one line, printed by agent/cli/main.py) and nothing is
 written: the HTML page is rendered in full first, and only then put in place atomically.
 """
 
@@ -19,7 +19,7 @@ from tools.errors import UsageError
 
 def replay(trace: Annotated[Path, typer.Argument(help="a session trace (.jsonl)")]) -> None:
     """Re-run today's decision logic against a recorded session; exit 1 at the first divergence."""
-    from agent.replay import replay as run_replay
+    from agent.record.replay import replay as run_replay
 
     result = run_replay(trace)
     if result.first_divergence:
@@ -35,9 +35,9 @@ def postmortem(
     html: Annotated[Path | None, typer.Option(help="also write a self-contained HTML page here")] = None,
 ) -> None:
     """The postmortem of a session, as markdown on stdout (and optionally one HTML page)."""
-    from agent.postmortem import postmortem_markdown
-    from agent.postmortem_html import postmortem_html
-    from agent.tracefile import read_trace
+    from agent.record.postmortem import postmortem_markdown
+    from agent.record.postmortem_html import postmortem_html
+    from agent.record.tracefile import read_trace
 
     parsed = read_trace(trace)
     text = postmortem_markdown(parsed)

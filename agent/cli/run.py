@@ -153,7 +153,7 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
     elif report.exists():
         console.print(f"report: {report}")
     if postmortem:
-        from agent.postmortem import print_postmortem
+        from agent.record.postmortem import print_postmortem
 
         print_postmortem(Path(config.traces_dir) / f"{config.session_id}.jsonl")
     raise typer.Exit(exit_code(outcome))

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 from agent.config import SessionConfig
 from agent.remedies import run_your_job_with
-from agent.state import SessionState
+from agent.state import CandidateData, SessionState
 from tools.diffs import EnvEdit
 from tools.tracebacks import message_line
 
@@ -52,7 +51,7 @@ def fault_line(exc_type: object, message: str, stage: object) -> str:
     return human_numbers(text) if stage == "validate" else text
 
 
-def env_lines(patch: dict[str, Any]) -> list[str]:
+def env_lines(patch: CandidateData) -> list[str]:
     return [EnvEdit.model_validate(e).describe() for e in patch["patch"].get("env") or ()]
 
 

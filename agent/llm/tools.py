@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent import prompts
+from agent.llm import prompts
 from agent.repair.types import Check, RepairContext
 from tools import envprobe, source
 from tools.errors import MedicError

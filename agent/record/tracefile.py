@@ -1,4 +1,4 @@
-"""Reading a session trace back (agent/trace.py writes it): the header, the events, and what is wrong with it.
+"""Reading a session trace back (agent/record/trace.py writes it): the header, the events, and what is wrong with it.
 
 A trace is evidence after the fact, often of a session that died: a cut LAST line (the process was killed
 mid-write) is expected and read up to the break; anything else malformed is refused with one line that
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.trace import FORMAT_VERSION
+from agent.record.trace import FORMAT_VERSION
 from tools.errors import TraceError
 
 

@@ -1,6 +1,6 @@
 """The model as the last repair: a tool-calling loop that ends in at most one candidate patch.
 
-The model reads the installed source with agent/llm_tools.py and proposes one unified diff. Here the diff
+The model reads the installed source with agent/llm/tools.py and proposes one unified diff. Here the diff
 is checked before it becomes a ``Candidate``: every file must resolve (symlinks and ``..`` included) inside
 ``ctx.roots``, the hunks must apply with zero fuzz to the file as it is on the host now, and a patched .py
 file must compile. Nothing is written: the caller applies the candidate with tools.patches.apply_patch
@@ -13,9 +13,9 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent import prompts
-from agent.llm import ChatModel
-from agent.llm_tools import Proposal, ToolBox, openai_tools
+from agent.llm import prompts
+from agent.llm.chat import ChatModel
+from agent.llm.tools import Proposal, ToolBox, openai_tools
 from agent.repair.context import candidate, module_of
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.errors import OutsideRoots, PatchError

@@ -6,21 +6,21 @@ import sys
 
 import typer
 
-from agent import cli_approve, cli_run, cli_trace
+from agent.cli import approve, run, traces
 from lab.cli import app as lab_app
 from tools.errors import MedicError
 
 app = typer.Typer(help="medic: takes a long extraction job from library-drift crashes to verified output.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(lab_app, name="lab")
-app.command(context_settings={"allow_extra_args": False})(cli_run.run)
-app.command()(cli_run.resume)
-app.command()(cli_run.revert)
-app.command()(cli_approve.sessions)
-app.command()(cli_approve.approve)
-app.command()(cli_approve.policy_check)
-app.command()(cli_trace.replay)
-app.command()(cli_trace.postmortem)
+app.command(context_settings={"allow_extra_args": False})(run.run)
+app.command()(run.resume)
+app.command()(run.revert)
+app.command()(approve.sessions)
+app.command()(approve.approve)
+app.command()(approve.policy_check)
+app.command()(traces.replay)
+app.command()(traces.postmortem)
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """The postmortem of a session, from its trace alone: what ran, what broke, what was patched, what it cost.
 
 ``summarize`` turns the events into launches, faults and patches once; the markdown here and the HTML page
-(agent/postmortem_html.py) both render that, so the two never disagree. A canary run loads a tiny model, not
+(agent/record/postmortem_html.py) both render that, so the two never disagree. A canary run loads a tiny model, not
 the target: its time is reported as canary time, never as target load wasted. Numbers are rounded for people
-(agent/report.py); the trace keeps them whole.
+(agent/record/report.py); the trace keeps them whole.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.job import script_argument
-from agent.report import human_numbers, human_seconds
-from agent.tracefile import Trace, read_trace
+from agent.record.report import human_numbers, human_seconds
+from agent.record.tracefile import Trace, read_trace
 from tools.tracebacks import MAX_SUMMARY_CHARS, message_line
 
 # the first phase after loading: reaching it means the weights were in memory

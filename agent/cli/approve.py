@@ -15,18 +15,20 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict, cast
 
 import typer
 from rich.syntax import Syntax
 from rich.table import Table
+from typing_extensions import TypeIs
 
 from agent.approval import edited_patch, refuse_if_stale
-from agent.cli_run import finish
+from agent.cli.run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
 from agent.policy import decide, load_policy, package_of, proposal_files
 from agent.session import checkpointer, connect_host, load_config, make_deps, read_checkpoint, run_session
+from agent.state import CandidateData
 from tools.console import make_console
 from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host
@@ -39,21 +41,36 @@ def _thread(session_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": session_id}}
 
 
-def read_session(session_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+class LaunchWait(TypedDict):
+    """--confirm-launch: the next launch waits for a person."""
+
+    confirm_launch: int
+    patches: list[str]
+
+
+Waiting = CandidateData | LaunchWait
+
+
+def waits_for_launch(waiting: Waiting) -> TypeIs[LaunchWait]:
+    return "confirm_launch" in waiting
+
+
+def read_session(session_id: str) -> tuple[dict[str, Any], Waiting | None]:
     """(state values, the pending approval's proposal or None) from the latest checkpoint."""
     values, waiting = read_checkpoint(session_id)
     if waiting is not None and waiting.get("kind") in ("approve_patch", "host_change"):
-        return values, dict(waiting.get("proposal") or {})
+        return values, cast(CandidateData, waiting.get("proposal") or {})  # the checkpoint holds the state's
     if waiting is not None and waiting.get("kind") == "confirm_launch":
-        return values, {"confirm_launch": waiting.get("launch"), "patches": waiting.get("patches", [])}
+        launch = LaunchWait(confirm_launch=int(waiting.get("launch") or 0), patches=list(waiting.get("patches") or []))
+        return values, launch
     return values, None
 
 
-def status_line(values: dict[str, Any], proposal: dict[str, Any] | None) -> str:
-    if proposal is not None and "confirm_launch" in proposal:
+def status_line(values: dict[str, Any], proposal: Waiting | None) -> str:
+    if proposal is not None and waits_for_launch(proposal):
         return f"waiting: confirm launch {proposal['confirm_launch']}"
     if proposal is not None:
-        return f"waiting: patch {proposal.get('patch', {}).get('id')} ({proposal.get('origin')})"
+        return f"waiting: patch {proposal['patch'].get('id')} ({proposal.get('origin')})"
     if not values:
         return "not started"
     if values.get("outcome"):
@@ -93,22 +110,22 @@ def print_rows(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None
 
 
 # -- approving ---------------------------------------------------------------------------------------
-def waiting_proposal(session_id: str, patch: str | None) -> tuple[SessionConfig, dict[str, Any]]:
+def waiting_proposal(session_id: str, patch: str | None) -> tuple[SessionConfig, Waiting]:
     """The session's config and the proposal it waits on; SessionError if it waits on nothing or on another."""
     config = load_config(session_id)
     values, proposal = read_session(session_id)
     if proposal is None:
         raise SessionError(f"session {session_id} is not waiting for an approval ({status_line(values, None)})")
-    pid = str(proposal.get("patch", {}).get("id"))
-    if patch is not None and "confirm_launch" in proposal:
+    if patch is not None and waits_for_launch(proposal):
         raise SessionError(f"session {session_id} waits to confirm launch {proposal['confirm_launch']}, not a patch")
+    pid = "" if waits_for_launch(proposal) else str(proposal["patch"].get("id"))
     if patch is not None and not (len(patch) >= 4 and pid.startswith(patch)):
         raise SessionError(f"session {session_id} waits for patch {pid}, not {patch!r}: `medic sessions` shows it")
     return config, proposal
 
 
-def show_proposal(proposal: dict[str, Any]) -> None:
-    patch = proposal.get("patch", {})
+def show_proposal(proposal: CandidateData) -> None:
+    patch = proposal["patch"]
     out = make_console(highlight=False)
     out.print(f"[bold]patch {patch.get('id')}[/] — {proposal.get('origin')}")
     out.print(f"[bold]why:[/] {proposal.get('rationale', '')}")
@@ -163,7 +180,7 @@ def approve(
     if yes + (reject is not None) + edit > 1:
         raise UsageError("--yes, --reject and --edit are one answer each: pass one")
     config, proposal = waiting_proposal(session, patch)
-    if "confirm_launch" in proposal:  # --confirm-launch: the next launch waits, not a patch
+    if waits_for_launch(proposal):  # --confirm-launch: the next launch waits, not a patch
         if edit:
             raise UsageError(f"session {session} waits to confirm launch {proposal['confirm_launch']}: "
                              "--yes or --reject, there is no diff to edit")
@@ -188,9 +205,9 @@ def approve(
     finish(config, outcome, postmortem=False)
 
 
-def send_answer(config: SessionConfig, proposal: dict[str, Any], answer: dict[str, Any], host: Host) -> str:
+def send_answer(config: SessionConfig, proposal: CandidateData, answer: dict[str, Any], host: Host) -> str:
     """Check the answer against the files as they are now, then resume the session with it; its outcome."""
-    session, pid = config.session_id, proposal["patch"]["id"]
+    session, pid = config.session_id, proposal["patch"].get("id", "")
     # Checked here, before resuming: a refusal writes nothing and leaves the patch pending.
     if answer["action"] == "approve":
         refuse_if_stale(host, session, proposal)
@@ -208,7 +225,8 @@ def send_answer(config: SessionConfig, proposal: dict[str, Any], answer: dict[st
     answer.setdefault("reason", "")
     outcome, _ = run_session(config, resume=answer, deps=make_deps(config, host=host))
     _, again = read_session(session) if outcome == "waiting" else ({}, None)
-    if answer["action"] == "approve" and again is not None and again.get("patch", {}).get("id") == pid:
+    if (answer["action"] == "approve" and again is not None and not waits_for_launch(again)
+            and again["patch"].get("id") == pid):
         # the file changed between the check above and the graph's own check: the graph refused it too
         raise SessionError(f"patch {pid} was refused: its file changed since it was proposed; it still waits")
     return outcome
@@ -222,17 +240,17 @@ def _who() -> str:
 
 
 # -- policy ------------------------------------------------------------------------------------------
-def session_proposals(session_id: str) -> list[dict[str, Any]]:
+def session_proposals(session_id: str) -> list[CandidateData]:
     """Every distinct patch proposed or applied in a session, oldest first, from the checkpoint history."""
     load_config(session_id)  # an unknown session is an error, not an empty list
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, CandidateData] = {}
     with checkpointer() as saver:
         history = list(saver.list(_thread(session_id)))  # type: ignore[arg-type]
     for tup in reversed(history):
         values = tup.checkpoint.get("channel_values") or {}
         for prop in [values.get("proposal"), *(values.get("patches") or [])]:
             if isinstance(prop, dict) and prop.get("patch", {}).get("id"):
-                seen.setdefault(prop["patch"]["id"], prop)
+                seen.setdefault(prop["patch"]["id"], cast(CandidateData, prop))  # the state's own
     return list(seen.values())
 
 

@@ -5,9 +5,9 @@ fault found here costs no model load.
 Rules (each ``(ctx, sources) -> faults`` over the fixable packages' modules the driver reaches):
 - signatures: calls to names imported from a library — unexpected keywords, missing required arguments (a
   dataclass or pydantic field without a default counts);
-- protocol steps, return shapes, CUDA-only calls on a CUDA-less target (agent/scan_rules.py);
-- methods grafted onto library objects that call members the object's class lacks (agent/scan_members.py);
-- the library's startup checks on the job's environment, for the target's device (agent/scan_env.py).
+- protocol steps, return shapes, CUDA-only calls on a CUDA-less target (agent/repair/scan_rules.py);
+- methods grafted onto library objects that call members the object's class lacks (agent/repair/scan_members.py);
+- the library's startup checks on the job's environment, for the target's device (agent/repair/scan_env.py).
 What it cannot see: state (an assertion deep in the library), values; the canary and the load-time checks
 are for those.
 """
@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 from agent.repair.context import read_source
 from agent.repair.edits import Source, callee_name
+from agent.repair.scan_env import environment_drift
+from agent.repair.scan_members import grafted_member_drift
+from agent.repair.scan_rules import device_drift, protocol_drift, shape_drift
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
-from agent.scan_env import environment_drift
-from agent.scan_members import grafted_member_drift
-from agent.scan_rules import device_drift, protocol_drift, shape_drift
 from tools import source as src_tools
 from tools.errors import MedicError
 

@@ -28,8 +28,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import cast
 
 from agent import graph
 from agent.checks import ADVISORY
@@ -37,8 +36,19 @@ from agent.codec import check_from_dict
 from agent.config import SessionConfig
 from agent.nodes.launch import environment_checks, load_seconds
 from agent.nodes.patching import queue_checks, revert_index
-from agent.report import render_report
-from agent.tracefile import Event, Trace, read_trace
+from agent.record.report import render_report
+from agent.record.tracefile import Event, Trace, read_trace
+from agent.state import (
+    CandidateData,
+    CheckResult,
+    FaultData,
+    FilePatchData,
+    FrameData,
+    KeptPatch,
+    LaunchRecord,
+    PreflightInfo,
+    SessionState,
+)
 from tools.errors import TraceError
 
 # which node an event shows ran; the first of these after a decision is what the session did
@@ -57,6 +67,17 @@ class ReplayResult:
     seconds: float
 
 
+@dataclass
+class _RecordedSettings:
+    """What the routers read beside the state (agent.deps.Settings): the trace's config, the time it recorded."""
+
+    config: SessionConfig
+    replay: _Replay
+
+    def clock(self) -> float:
+        return self.replay.now
+
+
 class _Replay:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
@@ -65,13 +86,13 @@ class _Replay:
         except ValueError as exc:
             raise TraceError(f"{trace.path}: the header's config is not one this medic reads: "
                              f"{str(exc).splitlines()[0]}") from exc
-        self.state: dict[str, Any] = {}
+        self.state: SessionState = {}
         self.compared = 0
         self.env_expected: list[str] = []
         self.divergence: str | None = None
         self.now = 0.0
         self.faults_kept = 0  # fault events the state keeps
-        self.deps = SimpleNamespace(config=self.config, clock=lambda: self.now)
+        self.deps = _RecordedSettings(self.config, self)
 
     def differ(self, ev: Event, what: str) -> None:
         if self.divergence is None:
@@ -90,48 +111,49 @@ class _Replay:
         s, d, rest = self.state, ev.data, self.trace.events[i + 1:]
         self.now = ev.ts
         if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
-            s.clear()
-            s.update(preflight={k: d.get(k) for k in ("versions", "site_packages", "roots", "warnings", "canary")},
-                     started=ev.ts, launches=[], faults=[], patches=[], verifications=[], tried=[],
-                     pending_checks=[], session_id=self.config.session_id)
+            preflight = cast(PreflightInfo, {k: d.get(k) for k in ("versions", "site_packages", "roots", "warnings",
+                                                                   "canary")})
+            self.state = {"preflight": preflight, "started": ev.ts, "launches": [], "faults": [], "patches": [],
+                          "verifications": [], "tried": [], "pending_checks": [], "session_id": self.config.session_id}
         elif ev.kind == "scan":  # the scan has nothing left: the first launch is next
-            s.update(scan_done=True, fault=None, proposal=None, candidates=[])
-            self.expect(ev, "after_scan", graph.after_scan(s), rest)  # type: ignore[arg-type]
+            s.update({"scan_done": True, "fault": None, "proposal": None, "candidates": []})
+            self.expect(ev, "after_scan", graph.after_scan(s), rest)
         elif ev.kind == "launch":
-            record = {"n": d.get("n"), "kind": d.get("kind", "target"), "run_dir": d.get("run_dir"),
-                      "started": ev.ts, "exit_code": None, "phases": {}, "checks_during_load": []}
+            record: LaunchRecord = {"n": d.get("n", 0), "kind": d.get("kind", "target"),
+                                    "run_dir": d.get("run_dir", ""), "started": ev.ts, "exit_code": None,
+                                    "phases": {}, "checks_during_load": []}
             s["launches"] = [*s.get("launches", []), record]
             s["run"] = record
-            self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]  # type: ignore[arg-type]
+            self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]
         elif ev.kind == "check":
             self.check(ev)
         elif ev.kind == "run_end":
-            run = dict(s.get("run") or {})
             phases = dict(d.get("phases") or {})
-            run.update(outcome=d.get("outcome") or "", exit_code=d.get("exit_code"), ended=ev.ts, phases=phases,
-                       load_seconds=load_seconds(phases), failed_patch=d.get("failed_patch"))
+            run: LaunchRecord = {**(s.get("run") or LaunchRecord()), "outcome": d.get("outcome") or "",
+                                 "exit_code": d.get("exit_code"), "ended": ev.ts, "phases": phases,
+                                 "load_seconds": load_seconds(phases), "failed_patch": d.get("failed_patch")}
             s["run"], s["launches"] = run, [*s.get("launches", [])[:-1], run]
             s["pending_checks"] = []  # watch clears them whether they ran or not
-            self.expect(ev, "after_watch", graph.after_watch(s), rest)  # type: ignore[arg-type]
+            self.expect(ev, "after_watch", graph.after_watch(s), rest)
         elif ev.kind == "fault":
             self.fault(ev, rest)
         elif ev.kind == "candidate":
-            s["proposal"] = {"patch": {"id": d.get("patch_id"), "files": _files(d.get("diff") or ""),
+            s["proposal"] = {"patch": {"id": d.get("patch_id", ""), "files": _files(d.get("diff") or ""),
                                        "host_steps": list(d.get("host_steps") or [])},
-                             "origin": d.get("origin"), "rationale": d.get("rationale", ""),
+                             "origin": d.get("origin") or "", "rationale": d.get("rationale", ""),
                              "evidence": list(d.get("evidence") or []), "checks": list(d.get("checks") or [])}
             s.pop("outcome", None)
-            self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)  # type: ignore[arg-type]
+            self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)
         elif ev.kind == "no_repair":
-            s.update(proposal=None)
+            s.update({"proposal": None})
             if not d.get("left_for"):  # a scan finding with no repair is left for the runs, not the end
-                s.update(outcome="no_repair", outcome_detail=f"{d.get('fault')} — {d.get('why')}")
-            self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)  # type: ignore[arg-type]
+                s.update({"outcome": "no_repair", "outcome_detail": f"{d.get('fault')} — {d.get('why')}"})
+            self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)
         elif ev.kind == "approval_answer" and d.get("action") == "reject":
-            s.update(proposal=None, tried=[*s.get("tried", []), d.get("patch_id")])
+            s.update({"proposal": None, "tried": [*s.get("tried", []), str(d.get("patch_id"))]})
         elif ev.kind == "patch_refused":
-            s.update(proposal=None, tried=[*s.get("tried", []), d.get("patch_id")])
-            self.expect(ev, "after_apply", graph.after_apply(s), rest)  # type: ignore[arg-type]
+            s.update({"proposal": None, "tried": [*s.get("tried", []), str(d.get("patch_id"))]})
+            self.expect(ev, "after_apply", graph.after_apply(s), rest)
         elif ev.kind == "applied":
             self.applied(ev, rest)
         elif ev.kind == "reverted":
@@ -142,23 +164,24 @@ class _Replay:
             else:
                 self.differ(ev, f"revert undid {d.get('patch_id')}, but revert would undo "
                                 f"{patches[at]['patch']['id'] if patches else 'none'}")
-            s.update(patches=patches, tried=[*s.get("tried", []), d.get("patch_id")], proposal=None,
-                     pending_checks=[c for c in s.get("pending_checks", []) if c.get("patch_id") != d.get("patch_id")])
+            pending = [c for c in s.get("pending_checks", []) if c.get("patch_id") != d.get("patch_id")]
+            s.update({"patches": patches, "tried": [*s.get("tried", []), str(d.get("patch_id"))], "proposal": None,
+                      "pending_checks": pending})
         elif ev.kind == "validate":
             nxt = rest[0] if rest else None
             wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
             if d.get("verified") and nxt is not None and nxt.kind == "canary_passed":
-                s.update(canary_done=True, fault=None)  # the canary is right: the target model is next
+                s.update({"canary_done": True, "fault": None})  # the canary is right: the target model is next
             elif d.get("verified"):
-                s.update(outcome="verified", outcome_detail=str(d.get("summary", "")))
+                s.update({"outcome": "verified", "outcome_detail": str(d.get("summary", ""))})
             elif not wrong:
-                s.update(outcome="unverified", outcome_detail=str(d.get("summary", "")))
+                s.update({"outcome": "unverified", "outcome_detail": str(d.get("summary", ""))})
             if not wrong:
-                self.expect(ev, "after_validate", graph.after_validate(s), rest)  # type: ignore[arg-type]
+                self.expect(ev, "after_validate", graph.after_validate(s), rest)
         elif ev.kind == "confirm_answer":
             if d.get("action") != "approve":
-                s.update(outcome="rejected", outcome_detail=f"launch {d.get('launch')} was not confirmed")
-            self.expect(ev, "after_confirm", graph.after_confirm(s), rest)  # type: ignore[arg-type]
+                s.update({"outcome": "rejected", "outcome_detail": f"launch {d.get('launch')} was not confirmed"})
+            self.expect(ev, "after_confirm", graph.after_confirm(s), rest)
         elif ev.kind == "exit":
             self.exit(ev)
         return None
@@ -167,7 +190,7 @@ class _Replay:
         s, d = self.state, ev.data
         exc_type, _, message = str(d.get("summary", "")).partition(": ")
         frames = [_frame(f) for f in d.get("frames") or []]
-        previous = (s.get("faults") or [None])[-1]
+        previous = (s.get("faults") or [FaultData()])[-1]
         fingerprint = d.get("fingerprint") or ("validate:" if ev.node == "validate" else "")
         if ev.node == "diagnose":
             repeated = bool(previous and fingerprint and previous.get("fingerprint") == fingerprint)
@@ -178,33 +201,34 @@ class _Replay:
         else:
             repeated = False
         self.faults_kept += 1
-        entry = {"stage": d.get("stage"), "exc_type": exc_type, "message": message, "frames": frames,
-                 "proc": d.get("proc"), "fingerprint": fingerprint, "repeated": repeated,
-                 "launch": (s.get("run") or {}).get("n")}
-        s.update(fault=entry, faults=[*s.get("faults", []), entry], candidates=[], outcome=None)
+        entry: FaultData = {"stage": d.get("stage", ""), "exc_type": exc_type, "message": message, "frames": frames,
+                            "proc": d.get("proc"), "fingerprint": fingerprint, "repeated": repeated,
+                            "launch": (s.get("run") or LaunchRecord()).get("n")}
+        s.update({"fault": entry, "faults": [*s.get("faults", []), entry], "candidates": [], "outcome": None})
         if not repeated:
             s["tried"] = []
         if ev.node == "validate":
-            self.expect(ev, "after_validate", graph.after_validate(s), rest)  # type: ignore[arg-type]
+            self.expect(ev, "after_validate", graph.after_validate(s), rest)
         elif ev.node == "scan":
-            s["scan_attempted"] = [*s.get("scan_attempted", []), d.get("fingerprint")]
-            self.expect(ev, "after_scan", graph.after_scan(s), rest)  # type: ignore[arg-type]
+            s["scan_attempted"] = [*s.get("scan_attempted", []), str(d.get("fingerprint"))]
+            self.expect(ev, "after_scan", graph.after_scan(s), rest)
         else:
-            self.expect(ev, "after_diagnose", graph.after_diagnose(s), rest)  # type: ignore[arg-type]
+            self.expect(ev, "after_diagnose", graph.after_diagnose(s), rest)
 
     def applied(self, ev: Event, rest: list[Event]) -> None:
         s, d = self.state, ev.data
-        proposal = dict(s.get("proposal") or {})
-        if proposal.get("patch", {}).get("id") != d.get("patch_id"):  # an approve-mode edit: the diff changed
-            proposal = {"patch": {"id": d.get("patch_id")}, "origin": d.get("origin"), "rationale": "",
-                        "evidence": [], "checks": proposal.get("checks", [])}
-        proposal["patch"] = {**(proposal.get("patch") or {}), "id": d.get("patch_id"),
-                             "files": _files(str(d.get("diff") or ""))}
+        pid, recorded = str(d.get("patch_id")), s.get("proposal")
+        if recorded is None or recorded["patch"].get("id") != pid:  # an approve-mode edit: the diff changed
+            recorded = {"patch": {"id": pid}, "origin": d.get("origin") or "", "rationale": "", "evidence": [],
+                        "checks": recorded["checks"] if recorded else []}
+        proposal: CandidateData = {**recorded, "patch": {**recorded["patch"], "id": pid,
+                                                         "files": _files(str(d.get("diff") or ""))}}
         s["proposal"] = proposal
-        kept = [p for p in s.get("patches", []) if p["patch"]["id"] != d.get("patch_id")]
-        s["patches"] = [*kept, {**proposal, "fault_index": len(s.get("faults", [])) - 1}]
-        self.expect(ev, "after_apply", graph.after_apply(s), rest)  # type: ignore[arg-type]
-        checks = [check_from_dict(c) for c in proposal.get("checks", [])]
+        kept = [p for p in s.get("patches", []) if p["patch"].get("id") != d.get("patch_id")]
+        entry: KeptPatch = {**proposal, "fault_index": len(s.get("faults", [])) - 1}
+        s["patches"] = [*kept, entry]
+        self.expect(ev, "after_apply", graph.after_apply(s), rest)
+        checks = [check_from_dict(c) for c in proposal["checks"]]
         before = [c.describe() for c in checks if c.when != "during_load"]
         ran_events = [e for e in _until(rest, *NODE_OF) if e.kind == "check" and e.node == "verify"]
         ran = [e.data.get("check") for e in ran_events]
@@ -214,16 +238,17 @@ class _Replay:
         if ran != before[: len(ran)] or (len(ran) < len(before) and not stopped):
             self.differ(ev, f"verify would run {before}; the trace shows {ran}")
         if not stopped:  # verify queues the during-load checks only when every check so far passed
-            s["pending_checks"] = queue_checks(s.get("pending_checks", []), list(proposal.get("checks", [])),
+            s["pending_checks"] = queue_checks(s.get("pending_checks", []), list(proposal["checks"]),
                                                str(d.get("patch_id")))
-        after = {**s, "verifications": [*s.get("verifications", []), *(dict(e.data) for e in ran_events)]}
+        ran_results = [cast(CheckResult, dict(e.data)) for e in ran_events]  # the verify node recorded these
+        after: SessionState = {**s, "verifications": [*s.get("verifications", []), *ran_results]}
         self.now = ran_events[-1].ts if ran_events else ev.ts
-        self.expect(ev, "after_verify", graph.after_verify(after, self.deps),  # type: ignore[arg-type]
+        self.expect(ev, "after_verify", graph.after_verify(after, self.deps),
                     rest[len(_until(rest, *NODE_OF)):])
 
     def check(self, ev: Event) -> None:
         s, d = self.state, ev.data
-        s["verifications"] = [*s.get("verifications", []), dict(d)]
+        s["verifications"] = [*s.get("verifications", []), cast(CheckResult, dict(d))]
         if ev.node != "watch":
             return
         if str(d.get("check", "")).split(" ", 1)[0] in ADVISORY:  # the host's own checks (traces since they exist)
@@ -252,7 +277,7 @@ class _Replay:
         if d.get("launches") is not None and d["launches"] != len(s.get("launches", [])):
             return self.differ(ev, f"{len(s.get('launches', []))} launches rebuilt; the session counted "
                                    f"{d['launches']}")
-        report = render_report(s, self.config)  # type: ignore[arg-type]
+        report = render_report(s, self.config)
         faults_section = report.split("## Faults, in order", 1)[-1].split("## Patches", 1)[0]
         listed = len(re.findall(r"^\d+\. \[", faults_section, re.M))
         recorded = self.faults_kept
@@ -279,7 +304,7 @@ def _until(events: list[Event], *kinds: str) -> list[Event]:
     return out
 
 
-def _files(diff: str) -> list[dict[str, str]]:
+def _files(diff: str) -> list[FilePatchData]:
     """The diff split per file, as the state's Patch dicts hold it (only path and diff are needed here)."""
     parts = re.split(r"(?m)^(?=--- )", diff)
     out = []
@@ -287,11 +312,11 @@ def _files(diff: str) -> list[dict[str, str]]:
         if not part.startswith("--- "):  # env edits and host steps are not files
             continue
         m = re.match(r"--- a(\S+)", part)
-        out.append({"path": m.group(1) if m else "", "diff": part})
+        out.append(FilePatchData(path=m.group(1) if m else "", diff=part, sha256_before="", sha256_after=""))
     return out
 
 
-def _frame(text: str) -> dict[str, Any]:
+def _frame(text: str) -> FrameData:
     where, _, func = text.partition(" ")
     file, _, line = where.rpartition(":")
     return {"file": file or where, "line": int(line) if line.isdigit() else 0, "func": func, "code": ""}

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.events import EventKind
-from agent.llm import ChatModel, LLMConfig
+from agent.llm.chat import ChatModel, LLMConfig
+from agent.llm.repair import llm_candidates
 from agent.repair.engine import Repair
-from agent.repair.llm_repair import llm_candidates
 from agent.repair.types import Candidate, Fault, RepairContext
 
 Recorder = Callable[[EventKind, str, dict[str, Any]], None]

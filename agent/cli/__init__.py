@@ -1,0 +1,2 @@
+"""The `medic` command line: `main` (the typer app), `run` (run, resume, revert), `approve` (approve,
+sessions), `traces` (replay, postmortem)."""
