@@ -1,7 +1,7 @@
 """The canary's command: the target's command with the model folder swapped for the canary's, as a path only.
 
-Seen on the H200 dry run: `--canary-model model` with `--model model` in the command turned `--model` into
-`--/…/canary/model` (a substring replace), and the canary died on its argument parser.
+Seen in the CPU dry run of the H200 kit (bench/gpu): `--canary-model model` with `--model model` in the command
+turned `--model` into `--/…/canary/model` (a substring replace), and the canary died on its argument parser.
 """
 
 from tools.canary import swap_model
