@@ -58,7 +58,7 @@ install_envs() {
     local msite; msite=$(site_of "$G/mvenv/bin/python")
     "$BASE_PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$msite" \
         "$b"/medic-wheels/*.whl || die "medic wheels"
-    printf '#!%s\nimport sys\nfrom agent.cli import main\nsys.exit(main())\n' "$G/mvenv/bin/python" > "$G/mvenv/bin/medic"
+    printf '#!%s\nimport sys\nfrom agent.cli.main import main\nsys.exit(main())\n' "$G/mvenv/bin/python" > "$G/mvenv/bin/medic"
     chmod +x "$G/mvenv/bin/medic"
 }
 
