@@ -45,7 +45,7 @@ from tools.errors import TraceError
 NODE_OF = {"launch": "launch", "scan": "scan", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",
            "approval": "approve", "policy": "approve", "applied": "apply", "patch_refused": "apply",
            "reverted": "revert", "confirm": "confirm",
-           "validate": "validate", "exit": "report"}
+           "validate": "validate", "resubmit": "resubmit", "exit": "report"}
 # a node that may record nothing: the trace then shows what came after it
 SILENT = {"verify": ("scan", "launch", "confirm", "revert", "report"), "budget_stop": ("report",)}
 
