@@ -10,15 +10,26 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from agent.cli_run import lab_target
+from agent.config import SessionConfig
 from agent.scheduler import SlurmSettings
 from agent.session import run_session
-from tests.fixtures_fake import CHECK, Fake, MakeFake, medic_cli, spawn_medic
+from lab.build import LabPaths
+from tests.fixtures_fake import CHECK, Fake, MakeFake, build_fake, medic_cli, spawn_medic
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    return tmp_path
 
 
 def jobs_named(name: str) -> list[str]:
@@ -30,23 +41,6 @@ def jobs_named(name: str) -> list[str]:
 
 def job_name(fake: Fake, n: int) -> str:
     return f"medic-{fake.config.session_id}-{fake.config.instance}-L{n}"
-
-
-def test_one_repair_for_all_shards_and_a_verified_shard_never_runs_again(make_fake: MakeFake) -> None:
-    fake = make_fake(mode="unattended", args=["--shard", "{shard}"], slurm=SlurmSettings(shards=4))
-    outcome, values = run_session(fake.config)
-    assert outcome == "verified", values.get("outcome_detail")
-    assert len(values["patches"]) == 1  # the drift, repaired once, not once per shard
-    ran = [(launch["outcome"], launch["shards"]) for launch in values["launches"]]
-    # the lead shard finds the fault alone, is verified once patched, then only the other three run
-    assert ran == [("crashed", [0]), ("exited", [0]), ("exited", [1, 2, 3])]
-    assert values["verified_shards"] == [0, 1, 2, 3]
-    assert [e["shard"] for e in fake.events("shard") if e["verified"]] == [0, 1, 2, 3]
-    last = Path(values["launches"][-1]["run_dir"])
-    for shard in (1, 2, 3):  # each shard's command got its own index; its log is its own
-        assert (last / f"command.{shard}.sh").read_text().rstrip().endswith(f"driver.py --shard {shard}")
-        assert (last / f"exit.{shard}").read_text() == "0\n"
-    assert all(len(jobs_named(job_name(fake, n))) == 1 for n in (1, 2, 3))
 
 
 def test_a_node_failure_is_resubmitted_without_a_patch(make_fake: MakeFake) -> None:
@@ -83,10 +77,29 @@ def test_a_node_failure_is_resubmitted_without_a_patch(make_fake: MakeFake) -> N
     assert values["resubmits"] == 1 and len(values["patches"]) == 1
 
 
+@pytest.mark.usefixtures("time_limited_session")
+def test_one_repair_for_all_shards_and_a_verified_shard_never_runs_again(make_fake: MakeFake) -> None:
+    fake = make_fake(mode="unattended", args=["--shard", "{shard}"], slurm=SlurmSettings(shards=4))
+    outcome, values = run_session(fake.config)
+    assert outcome == "verified", values.get("outcome_detail")
+    assert len(values["patches"]) == 1  # the drift, repaired once, not once per shard
+    ran = [(launch["outcome"], launch["shards"]) for launch in values["launches"]]
+    # the lead shard finds the fault alone, is verified once patched, then only the other three run
+    assert ran == [("crashed", [0]), ("exited", [0]), ("exited", [1, 2, 3])]
+    assert values["verified_shards"] == [0, 1, 2, 3]
+    assert [e["shard"] for e in fake.events("shard") if e["verified"]] == [0, 1, 2, 3]
+    last = Path(values["launches"][-1]["run_dir"])
+    for shard in (1, 2, 3):  # each shard's command got its own index; its log is its own
+        assert (last / f"command.{shard}.sh").read_text().rstrip().endswith(f"driver.py --shard {shard}")
+        assert (last / f"exit.{shard}").read_text() == "0\n"
+    assert all(len(jobs_named(job_name(fake, n))) == 1 for n in (1, 2, 3))
+
+
 def read_logs(fake: Fake) -> str:
     return "".join(p.read_text(errors="replace") for p in fake.host_dir.glob("runs/L*/*/log"))
 
 
+@pytest.mark.usefixtures("time_limited_session")
 def test_a_job_that_can_never_start_is_a_scheduler_fault_not_a_wait(make_fake: MakeFake, tmp_path: Path) -> None:
     failed = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exit 1"], capture_output=True,
                             text=True, check=True).stdout.strip()
@@ -103,6 +116,7 @@ def test_a_job_that_can_never_start_is_a_scheduler_fault_not_a_wait(make_fake: M
                                                  capture_output=True, text=True).stdout.split())
 
 
+@pytest.mark.usefixtures("time_limited_session")
 def test_medic_sigkilled_while_its_job_runs_resumes_onto_the_same_job(make_fake: MakeFake) -> None:
     fake = make_fake(mode="unattended", seconds=4.0, slurm=SlurmSettings())
     proc = spawn_medic("resume", fake.config.session_id)
@@ -123,20 +137,57 @@ def test_medic_sigkilled_while_its_job_runs_resumes_onto_the_same_job(make_fake:
     assert fake.events("exit")[-1]["outcome"] == "verified"
 
 
-def test_the_cli_runs_on_slurm_and_a_time_limit_is_a_fault_of_its_own(make_fake: MakeFake) -> None:
+@pytest.mark.usefixtures("time_limited_session")
+@pytest.mark.lab
+def test_a_lab_session_under_slurm_repairs_the_run_fault_and_resubmits(private_lab: LabPaths, home: Path) -> None:
+    """The embedded lab (pristine speculators × vLLM 0.16.0) as Slurm jobs: the scan's faults are patched before the
+    first submit, the one only a run shows (#6) crashes job 1, is repaired, and job 2's output is verified."""
+    config = SessionConfig(session_id="lab-slurm", target=lab_target(private_lab.root), mode="unattended",
+                           traces_dir=str(home / "traces"), slurm=SlurmSettings())
+    outcome, values = run_session(config)
+    assert outcome == "verified", values.get("outcome_detail")
+    launches = values["launches"]
+    assert [launch["outcome"] for launch in launches] == ["crashed", "exited"]
+    assert all(launch.get("job_id") for launch in launches)
+    assert values["faults"][-1]["launch"] == 1 and values["faults"][-1]["stage"] == "crash"
+    assert jobs_named(f"medic-lab-slurm-{config.instance}-L2") == [launches[1]["job_id"]]
+
+
+@dataclass
+class Background:
+    proc: subprocess.Popen[str]
+    traces: Path
+
+
+@pytest.fixture(scope="module")
+def time_limited_session(tmp_path_factory: pytest.TempPathFactory, slurm_cluster: None) -> Iterator[Background]:
+    """A `medic run` whose job hits a one-minute time limit, started by the first test after the node failure one
+    (that one takes the node down, which would end this job too): Slurm's limits are whole minutes (and it looks
+    every 30 s), so it waits in the background while the other tests run, not after them."""
+    root = tmp_path_factory.mktemp("time-limit")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MEDIC_HOME", str(root / "home"))
+        fake = build_fake(root, mode="unattended", seconds=300.0, save=False, session_id="tl")
+        t = fake.config.target
+        (fake.work / "check.py").write_text(CHECK)
+        proc = spawn_medic("run", "--session", "tl", "--python", t.python, "--workdir", t.workdir, "--no-scan",
+                           "--traces", fake.config.traces_dir, "--validate", "python check.py", "--scheduler", "slurm",
+                           "--sbatch-arg=--time=1", "--", *t.command, env={"MEDIC_HOME": str(root / "home")})
+    yield Background(proc, Path(fake.config.traces_dir))
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def test_the_cli_runs_on_slurm_and_a_time_limit_is_a_fault_of_its_own(time_limited_session: Background) -> None:
     """--sbatch-arg passes through (a one-minute limit); Slurm's TIMEOUT ends the job; diagnose calls it what it is
-    and no patch is tried for it: exit 4 with the reason. (Slurm's limits are whole minutes: ~65 s.)"""
-    fake = make_fake(mode="unattended", seconds=300.0, save=False, session_id="tl")
-    t = fake.config.target
-    (fake.work / "check.py").write_text(CHECK)
-    done = medic_cli("run", "--session", "tl", "--python", t.python, "--workdir", t.workdir, "--no-scan",
-                     "--traces", fake.config.traces_dir, "--validate", "python check.py", "--scheduler", "slurm",
-                     "--sbatch-arg=--time=1", "--", *t.command, timeout=240)
-    assert done.returncode == 4, done.stderr[-2000:]
-    trace = [json.loads(line) for line in (Path(fake.config.traces_dir) / "tl.jsonl").read_text().splitlines()[1:]]
+    and no patch is tried for it: exit 4 with the reason."""
+    out, err = time_limited_session.proc.communicate(timeout=240)
+    assert time_limited_session.proc.returncode == 4, err[-2000:]
+    trace = [json.loads(line) for line in (time_limited_session.traces / "tl.jsonl").read_text().splitlines()[1:]]
     launches = [e["data"] for e in trace if e["kind"] == "launch"]
     assert len(launches) == 1 and launches[0]["job_name"].startswith("medic-tl-")
     faults = [e["data"] for e in trace if e["kind"] == "fault"]
     assert faults and faults[0]["summary"].startswith("SlurmJobEnded: TIMEOUT")
     assert "applied" not in [e["kind"] for e in trace]
-    assert "TIMEOUT" in done.stderr or "TIMEOUT" in done.stdout
+    assert "TIMEOUT" in err + out
