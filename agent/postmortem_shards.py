@@ -42,6 +42,6 @@ def shard_lines(trace: Trace) -> list[str]:
         out += ["", "| shard | launches | verified |", "|---|---|---|"]
         out += [f"| {k} | {sum(1 for j in launches if k in j['shards'])} | {'yes' if k in verified else 'no'} |"
                 for k in shards]
-    out += [f"- fault {seq} cost {seconds:.0f} shard-seconds" for seq, seconds in cost.items()]
+    out += [""] + [f"- fault {seq} cost {seconds:.0f} shard-seconds" for seq, seconds in cost.items()]
     out += [f"- resubmitted without a patch: {'; '.join(resubmits)}"] if resubmits else []
     return out

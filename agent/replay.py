@@ -37,6 +37,7 @@ from agent.codec import check_from_dict
 from agent.config import SessionConfig
 from agent.nodes.launch import environment_checks, load_seconds
 from agent.nodes.patching import queue_checks, revert_index
+from agent.nodes.shard_validate import replay_shard
 from agent.report import render_report
 from agent.tracefile import Event, Trace, read_trace
 from tools.errors import TraceError
@@ -144,7 +145,11 @@ class _Replay:
                                 f"{patches[at]['patch']['id'] if patches else 'none'}")
             s.update(patches=patches, tried=[*s.get("tried", []), d.get("patch_id")], proposal=None,
                      pending_checks=[c for c in s.get("pending_checks", []) if c.get("patch_id") != d.get("patch_id")])
-        elif ev.kind == "validate":
+        elif ev.kind == "shard":  # a sharded session: the last shard's verdict of a pass decides
+            previous = self.trace.events[i - 1] if i else None
+            if replay_shard(s, d, rest, after_fault=previous is not None and previous.kind == "fault"):
+                self.expect(ev, "after_validate", graph.after_validate(s), rest)  # type: ignore[arg-type]
+        elif ev.kind == "validate" and not (rest and rest[0].kind == "shard"):
             nxt = rest[0] if rest else None
             wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
             if d.get("verified") and nxt is not None and nxt.kind == "canary_passed":

@@ -1,5 +1,6 @@
 """tools/slurm.py against the real one-node Slurm on 127.0.0.1: submit, follow, cancel, arrays, and reading a job
-back from its folder or its name (what a restarted medic does)."""
+back from its folder or its name (what a restarted medic does). On this machine and over SSH (the test sshd on
+loopback, as a login node would be): the same commands through the Host seam."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tools import slurm
-from tools.host import LocalHost
+from tools.host import Host, LocalHost
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 
-def wait_ended(host: LocalHost, job: slurm.SlurmJob, timeout: float = 60.0) -> dict[int | None, slurm.TaskState]:
+def wait_ended(host: Host, job: slurm.SlurmJob, timeout: float = 60.0) -> dict[int | None, slurm.TaskState]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = slurm.states(host, job)
@@ -24,8 +25,7 @@ def wait_ended(host: LocalHost, job: slurm.SlurmJob, timeout: float = 60.0) -> d
     raise AssertionError(f"job {job.job_id} still active after {timeout}s: {found}")
 
 
-def test_submit_follow_and_cancel_a_running_job(tmp_path: Path) -> None:
-    host = LocalHost()
+def test_submit_follow_and_cancel_a_running_job(host: Host, tmp_path: Path) -> None:
     script = "echo start $GREETING; pwd; i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"
     name = f"medic-test-follow-{tmp_path.name}-{time.time_ns()}"
     job = slurm.submit(host, ["sh", "-c", script], run_dir=str(tmp_path / "runs"), job_name=name,
@@ -49,8 +49,7 @@ def test_submit_follow_and_cancel_a_running_job(tmp_path: Path) -> None:
     assert not exit_file.exists() or exit_file.read_text() == "143\n"
 
 
-def test_an_array_runs_each_shard_with_its_index_and_says_which_failed(tmp_path: Path) -> None:
-    host = LocalHost()
+def test_an_array_runs_each_shard_with_its_index_and_says_which_failed(host: Host, tmp_path: Path) -> None:
     script = "echo shard=$MEDIC_SHARD of $MEDIC_SHARDS arg={shard}; [ {shard} = 2 ] && exit 3; exit 0"
     job = slurm.submit(host, ["sh", "-c", script], run_dir=str(tmp_path / "runs"), job_name="medic-test-array",
                        shards=[0, 2, 3])

@@ -18,8 +18,11 @@ import pytest
 
 from agent.cli_run import lab_target
 from agent.config import SessionConfig
+from agent.postmortem import postmortem_markdown
+from agent.replay import replay
 from agent.scheduler import SlurmSettings
 from agent.session import run_session
+from agent.tracefile import read_trace
 from lab.build import LabPaths
 from tests.fixtures_fake import CHECK, Fake, MakeFake, build_fake, medic_cli, spawn_medic
 
@@ -75,6 +78,7 @@ def test_a_node_failure_is_resubmitted_without_a_patch(make_fake: MakeFake) -> N
     assert "resubmit" in kinds[:first_launch2] and "applied" not in kinds[:first_launch2]
     assert "fault" not in kinds[:first_launch2]  # nothing to diagnose: the scheduler's fault, not the job's
     assert values["resubmits"] == 1 and len(values["patches"]) == 1
+    assert replay(fake.trace_path).first_divergence is None
 
 
 @pytest.mark.usefixtures("time_limited_session")
@@ -93,6 +97,8 @@ def test_one_repair_for_all_shards_and_a_verified_shard_never_runs_again(make_fa
         assert (last / f"command.{shard}.sh").read_text().rstrip().endswith(f"driver.py --shard {shard}")
         assert (last / f"exit.{shard}").read_text() == "0\n"
     assert all(len(jobs_named(job_name(fake, n))) == 1 for n in (1, 2, 3))
+    assert replay(fake.trace_path).first_divergence is None  # today's routers re-decide the shard passes
+    assert "| 0 | 2 | yes |" in postmortem_markdown(read_trace(fake.trace_path))  # shard 0: two launches
 
 
 def read_logs(fake: Fake) -> str:

@@ -4,7 +4,7 @@ is verified only once every shard is; the first shard whose output is wrong is t
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -47,3 +47,20 @@ def validate_shards(state: SessionState, deps: Deps,
         return {"validation": last.get("validation"), "verified_shards": verified, "outcome": "verified",
                 "outcome_detail": f"all {total} shards verified; the last: {last.get('outcome_detail') or ''}"}
     return {"validation": last.get("validation"), "verified_shards": verified, "fault": None}  # the rest next
+
+
+def replay_shard(state: dict[str, Any], data: dict[str, Any], rest: Sequence[Any], *, after_fault: bool) -> bool:
+    """What a recorded ``shard`` event did to the state (agent/replay.py); True when validate's router chose next."""
+    if data.get("verified"):
+        state["verified_shards"] = sorted({*(state.get("verified_shards") or []), int(data["shard"])})
+    if rest and rest[0].kind == "validate":
+        return False  # the next shard of the same pass
+    if not data.get("verified"):
+        if after_fault:
+            return False  # a wrong output: the fault's own path
+        state.update(outcome="unverified", outcome_detail=str(data.get("detail", "")))
+    elif len(state["verified_shards"]) >= int(data.get("of") or 1):
+        state.update(outcome="verified", outcome_detail=str(data.get("detail", "")))
+    else:
+        state.update(fault=None)  # the rest of the shards are next
+    return True
