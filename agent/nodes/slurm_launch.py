@@ -142,17 +142,24 @@ class SlurmHandle:
             record["scheduler_state"], record["scheduler_reason"] = "PENDING", self.stuck
             record["failed_shard"] = self.lead
             return "scheduler:PENDING"
-        failed = [s for s in tasks.values() if s.state == "FAILED"]
-        worst = (failed or [s for s in tasks.values() if s.state in DETERMINISTIC_STATES]
-                 or [s for s in tasks.values() if s.state in TRANSIENT_STATES]
-                 or [s for s in tasks.values() if s.state != "COMPLETED"])
-        if not worst:
+        outcome, task = classify(list(tasks.values()))
+        if task is None:
             record["exit_code"] = 0
-            return "exited"
-        task = worst[0]
+            return outcome
         record["scheduler_state"], record["scheduler_reason"] = task.state, task.reason
         record["failed_shard"], record["exit_code"] = task.shard, task.exit_code
-        return "crashed" if task.state == "FAILED" else f"scheduler:{task.state}"
+        return outcome
+
+
+def classify(tasks: list[slurm.TaskState]) -> tuple[str, slurm.TaskState | None]:
+    """The outcome of ended tasks and the task that decides it: the job's own failure first (its log has the
+    traceback), then a deterministic end of Slurm's, then a transient one; all COMPLETED is ``exited``."""
+    ranked = ([t for t in tasks if t.state == "FAILED"] or [t for t in tasks if t.state in DETERMINISTIC_STATES]
+              or [t for t in tasks if t.state in TRANSIENT_STATES] or [t for t in tasks if t.state != "COMPLETED"])
+    if not ranked:
+        return "exited", None
+    task = ranked[0]
+    return ("crashed" if task.state == "FAILED" else f"scheduler:{task.state}"), task
 
 
 def transient(record: LaunchRecord | dict[str, Any]) -> bool:
