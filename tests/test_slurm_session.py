@@ -25,6 +25,7 @@ from agent.session import run_session
 from agent.tracefile import read_trace
 from lab.build import LabPaths
 from tests.fixtures_fake import CHECK, Fake, MakeFake, build_fake, medic_cli, spawn_medic
+from tests.fixtures_slurm import cluster_up
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -69,6 +70,10 @@ def test_a_node_failure_is_resubmitted_without_a_patch(make_fake: MakeFake) -> N
     finally:
         killer.join(timeout=90)
         subprocess.run(["scontrol", "update", "NodeName=localhost", "State=RESUME"], capture_output=True)
+        for _ in range(100):  # the node serves the next tests again
+            if cluster_up():
+                break
+            time.sleep(0.2)
     assert failed.is_set()
     outcomes = [launch["outcome"] for launch in values["launches"]]
     assert outcomes[0] == "scheduler:NODE_FAIL"
@@ -178,7 +183,8 @@ def time_limited_session(tmp_path_factory: pytest.TempPathFactory, slurm_cluster
         (fake.work / "check.py").write_text(CHECK)
         proc = spawn_medic("run", "--session", "tl", "--python", t.python, "--workdir", t.workdir, "--no-scan",
                            "--traces", fake.config.traces_dir, "--validate", "python check.py", "--scheduler", "slurm",
-                           "--sbatch-arg=--time=1", "--", *t.command, env={"MEDIC_HOME": str(root / "home")})
+                           "--partition", "debug", "--sbatch-arg=--time=1", "--", *t.command,
+                           env={"MEDIC_HOME": str(root / "home")})
     yield Background(proc, Path(fake.config.traces_dir))
     if proc.poll() is None:
         proc.kill()
