@@ -128,24 +128,30 @@ def test_a_job_that_can_never_start_is_a_scheduler_fault_not_a_wait(make_fake: M
 
 
 @pytest.mark.usefixtures("time_limited_session")
-def test_medic_sigkilled_while_its_job_runs_resumes_onto_the_same_job(make_fake: MakeFake) -> None:
-    fake = make_fake(mode="unattended", seconds=4.0, slurm=SlurmSettings())
+def test_medic_sigkilled_while_its_shards_are_queued_resumes_onto_the_same_job(make_fake: MakeFake) -> None:
+    """Three shards wait in the queue (a dependency on a job that is still running) when medic is SIGKILLed; they
+    start without it; `medic resume` follows that same array (never a second submit), repairs once, runs all three
+    again and verifies them."""
+    blocker = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 5"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    fake = make_fake(mode="unattended", seconds=2.0, slurm=SlurmSettings(
+        shards=3, lead_shard=False, sbatch_args=[f"--dependency=afterany:{blocker}"]))
     proc = spawn_medic("resume", fake.config.session_id)
     deadline = time.monotonic() + 60
-    while "line 000002" not in read_logs(fake) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
+    while not fake.launch_ledger() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     first = jobs_named(job_name(fake, 1))
-    state = subprocess.run(["squeue", "-h", "-j", first[0], "-o", "%T"], capture_output=True, text=True).stdout
-    assert state.strip() in ("PENDING", "RUNNING"), state  # the job goes on without medic
+    queued = subprocess.run(["squeue", "-h", "-r", "-j", first[0], "-o", "%T"], capture_output=True, text=True)
+    assert queued.stdout.split() == ["PENDING"] * 3, queued.stdout  # queued, and medic is gone
     done = medic_cli("resume", fake.config.session_id, timeout=180)
     assert done.returncode == 0, done.stderr
     assert jobs_named(job_name(fake, 1)) == first  # reattached: L1 was never submitted again
     ledger = fake.launch_ledger()
-    assert ledger[0]["job_id"] == first[0] and len(ledger) == 2
+    assert ledger[0]["job_id"] == first[0] and [line["shards"] for line in ledger] == [[0, 1, 2], [0, 1, 2]]
     assert len(list(fake.host_dir.glob("runs/L1/*/jobid"))) == 1
-    assert fake.events("exit")[-1]["outcome"] == "verified"
+    assert fake.events("exit")[-1]["outcome"] == "verified" and len(fake.events("applied")) == 1
 
 
 @pytest.mark.usefixtures("time_limited_session")
@@ -186,9 +192,13 @@ def time_limited_session(tmp_path_factory: pytest.TempPathFactory, slurm_cluster
                            "--partition", "debug", "--sbatch-arg=--time=1", "--", *t.command,
                            env={"MEDIC_HOME": str(root / "home")})
     yield Background(proc, Path(fake.config.traces_dir))
-    if proc.poll() is None:
+    if proc.poll() is None:  # its test did not run (a -k selection): neither medic nor its job outlives the module
         proc.kill()
         proc.wait(timeout=30)
+        listed = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout.split("\n")
+        mine = [line.split()[0] for line in listed if " medic-tl-" in f" {line.partition(' ')[2]}"]
+        if mine:
+            subprocess.run(["scancel", *mine], check=False)
 
 
 def test_the_cli_runs_on_slurm_and_a_time_limit_is_a_fault_of_its_own(time_limited_session: Background) -> None:
