@@ -18,9 +18,10 @@ fi
 if [ -e $CONF ] && ! grep -qxF "$MARK" $CONF; then
   echo "$CONF exists and was not written by medic: not touching it" >&2; exit 1
 fi
-if [ "$(sinfo -h -o %T 2>/dev/null)" = idle ] || [ "$(sinfo -h -o %T 2>/dev/null)" = mixed ] \
-   || [ "$(sinfo -h -o %T 2>/dev/null)" = allocated ]; then
-  exit 0  # already up
+alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+up() { case "$(timeout 5 sinfo -h -o %T 2>/dev/null)" in idle|mixed|allocated) return 0 ;; esac; return 1; }
+if alive $S/slurmctld.pid && alive $S/slurmd.pid && up; then
+  exit 0  # already up (a dead slurmctld would make sinfo retry for seconds: its pid is asked first)
 fi
 
 mkdir -p $S/state $S/spool $S/log /etc/slurm
@@ -72,10 +73,7 @@ if ! munge -n $M >/dev/null 2>&1; then
     --pid-file=$S/munge/munged.pid --log-file=$S/munge/munged.log --seed-file=$S/munge/munged.seed
 fi
 for i in $(seq 50); do munge -n $M >/dev/null 2>&1 && break; sleep 0.1; done
-[ -s $S/slurmctld.pid ] && kill -0 "$(cat $S/slurmctld.pid)" 2>/dev/null || /usr/sbin/slurmctld
-[ -s $S/slurmd.pid ] && kill -0 "$(cat $S/slurmd.pid)" 2>/dev/null || /usr/sbin/slurmd -N localhost
-for i in $(seq 150); do
-  case "$(sinfo -h -o %T 2>/dev/null)" in idle|mixed|allocated) exit 0 ;; esac
-  sleep 0.2
-done
+alive $S/slurmctld.pid || /usr/sbin/slurmctld
+alive $S/slurmd.pid || /usr/sbin/slurmd -N localhost
+for i in $(seq 150); do up && exit 0; sleep 0.2; done
 echo "slurm did not come up (logs under $S/log)" >&2; tail -n 20 $S/log/*.log >&2; exit 1
