@@ -18,14 +18,17 @@ import pytest
 
 from agent.cli_run import lab_target
 from agent.config import SessionConfig
+from agent.nodes.slurm_launch import job_name as launch_name
+from agent.nodes.slurm_launch import submitted_before
 from agent.postmortem import postmortem_markdown
 from agent.replay import replay
 from agent.scheduler import SlurmSettings
-from agent.session import run_session
+from agent.session import make_deps, run_session
 from agent.tracefile import read_trace
 from lab.build import LabPaths
 from tests.fixtures_fake import CHECK, Fake, MakeFake, build_fake, medic_cli, spawn_medic
 from tests.fixtures_slurm import cluster_up
+from tools import slurm
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -213,3 +216,18 @@ def test_the_cli_runs_on_slurm_and_a_time_limit_is_a_fault_of_its_own(time_limit
     assert faults and faults[0]["summary"].startswith("SlurmJobEnded: TIMEOUT")
     assert "applied" not in [e["kind"] for e in trace]
     assert "TIMEOUT" in err + out
+
+
+def test_a_submit_whose_answer_was_lost_is_found_by_its_folder_or_its_name(make_fake: MakeFake) -> None:
+    """medic killed between sbatch and its ledger line (or even before the jobid file): the launch finds the job."""
+    fake = make_fake(slurm=SlurmSettings())
+    deps = make_deps(fake.config)
+    base, ledger = f"{fake.config.host_dir}/runs/L1", f"{fake.config.host_dir}/launches/L1.json"
+    job = slurm.submit(deps.host, ["sleep", "30"], run_dir=base, job_name=launch_name(deps, 1))
+    try:
+        assert submitted_before(deps, base, ledger, launch_name(deps, 1)) == job  # its folder's jobid
+        Path(job.dir, "jobid").unlink()
+        assert submitted_before(deps, base, ledger, launch_name(deps, 1)) == job  # its name in squeue
+    finally:
+        slurm.cancel(deps.host, job)
+        deps.trace.close()

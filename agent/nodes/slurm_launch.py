@@ -81,7 +81,10 @@ def submitted_before(deps: Deps, base: str, ledger: str, name: str) -> slurm.Slu
             return slurm.SlurmJob(str(line["job_id"]), str(line["run"]), tuple(line.get("shards") or ()))
         except (ValueError, KeyError):
             pass
-    found = host.run(f"ls -1d {shlex.quote(base)}/*/ 2>/dev/null | head -1", timeout=30).stdout.strip().rstrip("/")
+    # a folder whose sbatch answered, else the newest one (killed between sbatch and writing its answer)
+    found = host.run(f"ls -1d {shlex.quote(base)}/*/jobid 2>/dev/null | head -1", timeout=30).stdout.strip()
+    found = found.removesuffix("/jobid") or host.run(f"ls -1d {shlex.quote(base)}/*/ 2>/dev/null | tail -1",
+                                                     timeout=30).stdout.strip().rstrip("/")
     if not found:
         return None
     shards = tuple(int(p.rsplit(".", 2)[-2]) for p in host.run(
