@@ -231,3 +231,19 @@ def test_a_submit_whose_answer_was_lost_is_found_by_its_folder_or_its_name(make_
     finally:
         slurm.cancel(deps.host, job)
         deps.trace.close()
+
+
+def test_only_the_shard_that_did_not_finish_runs_again(make_fake: MakeFake) -> None:
+    """All shards at once (--no-lead-shard); only shard 1 reaches the drifted call (its data, say), the others finish.
+    medic repairs shard 1's fault once and resubmits shard 1 alone: the finished shards are checked, not rerun."""
+    fake = make_fake(mode="unattended", slurm=SlurmSettings(shards=3, lead_shard=False))
+    command = ["sh", "-c", f'[ "$MEDIC_SHARD" = 1 ] && exec {fake.python} driver.py; printf 1:a > out.txt']
+    config = fake.config.model_copy(update={"target": fake.config.target.model_copy(update={"command": command})})
+    outcome, values = run_session(config)
+    assert outcome == "verified", values.get("outcome_detail")
+    ran = [(launch["outcome"], launch["shards"]) for launch in values["launches"]]
+    assert ran == [("crashed", [0, 1, 2]), ("exited", [1])]
+    assert values["launches"][0]["failed_shard"] == 1 and len(values["patches"]) == 1
+    before = [(e["shard"], e["verified"]) for e in fake.events("shard") if e.get("before_launch")]
+    assert before == [(0, True), (2, True)]  # checked before the relaunch, so never run again
+    assert replay(fake.trace_path).first_divergence is None

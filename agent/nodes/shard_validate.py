@@ -42,6 +42,9 @@ def validate_shards(state: SessionState, deps: Deps,
         if not ok:  # a wrong output (a fault to repair), or one nothing could read
             return {**last, "verified_shards": sorted(verified)}
         verified.append(shard)
+    if len(verified) < total:  # shards that finished in an earlier launch count too (a resumed launch skips its check)
+        done: SessionState = {**state, "verified_shards": verified}
+        verified += verify_finished(done, deps, finished_unverified(done), validate_one)
     verified.sort()
     if len(verified) >= total:
         return {"validation": last.get("validation"), "verified_shards": verified, "outcome": "verified",
@@ -53,6 +56,8 @@ def replay_shard(state: dict[str, Any], data: dict[str, Any], rest: Sequence[Any
     """What a recorded ``shard`` event did to the state (agent/replay.py); True when validate's router chose next."""
     if data.get("verified"):
         state["verified_shards"] = sorted({*(state.get("verified_shards") or []), int(data["shard"])})
+    if data.get("before_launch"):
+        return False  # a finished shard checked before a relaunch: no router
     if rest and rest[0].kind == "validate":
         return False  # the next shard of the same pass
     if not data.get("verified"):
@@ -64,3 +69,28 @@ def replay_shard(state: dict[str, Any], data: dict[str, Any], rest: Sequence[Any
     else:
         state.update(fault=None)  # the rest of the shards are next
     return True
+
+
+def finished_unverified(state: SessionState) -> list[int]:
+    """Shards that ran to exit 0 in an earlier launch (one where another shard crashed) but were never validated."""
+    verified = set(state.get("verified_shards") or [])
+    done = {int(k) for launch in state.get("launches") or [] if launch.get("kind", "target") == "target"
+            for k, s in (launch.get("shard_states") or {}).items() if s == "COMPLETED"}
+    return sorted(done - verified)
+
+
+def verify_finished(state: SessionState, deps: Deps, shards: list[int],
+                    validate_one: Callable[[SessionState, Deps], dict[str, Any]]) -> list[int]:
+    """Before a relaunch: which of ``shards`` (finished, never validated) have a verified output, so they are not
+    run again. One that is not verified just runs again: its fault, if any, shows there (nothing is recorded as one)."""
+    ok: list[int] = []
+    for shard in shards:
+        quiet = replace(deps, config=config_for_shard(deps.config, shard))
+        setattr(quiet, "record", lambda *args, **kwargs: None)  # noqa: B010  the verdict is the shard event below
+        one_state: SessionState = {**state, "run": {"kind": "target", "shards": []}}
+        verified = validate_one(one_state, quiet).get("outcome") == "verified"
+        deps.record("shard", "launch", {"shard": shard, "verified": verified, "before_launch": True,
+                                        "of": deps.config.slurm.shards if deps.config.slurm else 1})
+        if verified:
+            ok.append(shard)
+    return ok

@@ -18,6 +18,7 @@ from agent.repair.types import Fault
 from agent.scheduler import DETERMINISTIC_STATES, NEVER_STARTS, TRANSIENT_STATES, SlurmSettings
 from agent.state import LaunchRecord, SessionState
 from tools import runs, slurm
+from tools.errors import RunError
 
 
 def settings(deps: Deps) -> SlurmSettings:
@@ -45,6 +46,7 @@ def launch_job(state: SessionState, deps: Deps, record: LaunchRecord, command: l
                ledger: str, extra: dict[str, Any]) -> dict[str, Any]:
     n, kind, host = record["n"], record.get("kind", "target"), deps.host
     name = job_name(deps, n)
+    update: dict[str, Any] = {}
     job = submitted_before(deps, base, ledger, name)
     if job is not None:  # submitted before medic died: reattach, never submit twice
         if not host.exists(ledger):
@@ -53,18 +55,29 @@ def launch_job(state: SessionState, deps: Deps, record: LaunchRecord, command: l
                                          "shards": list(job.shards), "reattached": True})
     else:
         config = settings(deps)
+        if kind == "target" and config.shards > 1:  # shards that finished while another crashed: run again?
+            from agent.nodes.shard_validate import finished_unverified, verify_finished
+            from agent.nodes.validate import validate
+
+            more = verify_finished(state, deps, finished_unverified(state), validate)
+            if more:
+                state = {**state, "verified_shards": sorted({*(state.get("verified_shards") or []), *more})}
+                update["verified_shards"] = state["verified_shards"]
         host.run(["mkdir", "-p", f"{deps.config.host_dir}/launches"], timeout=30)
         env, unset = job_env(host, deps.config.target.env, env_edits(state.get("patches") or []))
+        shards = shards_for(state, deps, kind)
+        if kind == "target" and config.shards > 1 and not shards:
+            raise RunError("every shard is verified already: nothing left to submit")
         job = slurm.submit(host, with_unset(command, unset), run_dir=base, job_name=name,
                            cwd=deps.config.target.workdir, env=env, partition=config.partition,
-                           sbatch_args=config.sbatch_args, shards=shards_for(state, deps, kind))
+                           sbatch_args=config.sbatch_args, shards=shards)
         write_ledger(deps, ledger, n, job)
         deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": job.dir, "command": command,
                                          "job_id": job.job_id, "job_name": name, "shards": list(job.shards),
                                          **extra})
     record["run_id"], record["run_dir"] = job.dir.rsplit("/", 1)[-1], job.dir
     record["job_id"], record["shards"] = job.job_id, list(job.shards)
-    return {"launches": [*(state.get("launches") or []), record], "run": record}
+    return {**update, "launches": [*(state.get("launches") or []), record], "run": record}
 
 
 def write_ledger(deps: Deps, ledger: str, n: int, job: slurm.SlurmJob) -> None:
