@@ -30,6 +30,10 @@ CANNOT_READ = 2  # the exit code of a validator that could not read the output (
 
 
 def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
+    if (state.get("run") or {}).get("shards"):  # a Slurm job array: each shard's output on its own
+        from agent.nodes.shard_validate import validate_shards
+
+        return validate_shards(state, deps, validate)
     target = deps.config.target
     canary = (state.get("run") or {}).get("kind") == "canary"
     run_command, given = canary_commands(state, deps) if canary else (target.command, target.validate_command)
