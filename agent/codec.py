@@ -18,7 +18,8 @@ def fault_from_dict(data: dict[str, Any]) -> Fault:
     fields["frames"] = tuple(FrameRef(**f) for f in data.get("frames", ()))
     fields["caller_frames"] = tuple(FrameRef(**f) for f in data.get("caller_frames", ()))
     fields["finding"] = Finding(**data["finding"]) if data.get("finding") else None
-    fields.pop("launch", None), fields.pop("repeated", None)  # what the state's fault list adds to a Fault
+    for extra in ("launch", "repeated", "side", "server"):  # what the state adds to a Fault
+        fields.pop(extra, None)
     return Fault(**fields)
 
 

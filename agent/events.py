@@ -13,7 +13,7 @@ EventKind = Literal[
     # before any launch
     "scan", "canary",
     # launches
-    "launch", "phase", "check", "run_end",
+    "launch", "phase", "check", "run_end", "server",
     # faults and their remedies (one path, whoever found the fault)
     "fault", "candidate", "no_repair", "approval", "approval_answer", "approval_refused", "policy",
     "applied", "patch_refused", "reverted", "host_step",

@@ -44,6 +44,22 @@ class LaunchRecord(TypedDict, total=False):
     load_seconds: float | None
     checks_during_load: list[CheckResult]
     failed_patch: str | None  # the patch whose during-load check failed and stopped this launch
+    server: int  # a client run: the server load (ServerRecord n) it ran against
+    server_log_offset: int  # the size of that server's log when the client started (its part of the log)
+
+
+class ServerRecord(TypedDict, total=False):
+    """One start of the job's server (a two-process job, agent/nodes/server.py)."""
+
+    n: int  # 1-based server load within the session
+    run_dir: str
+    port: int
+    pid: int | None
+    started: float
+    ready_seconds: float | None  # launch to a healthy endpoint: the load a client-side fix does not repeat
+    outcome: str  # "ready" | "exited" | "timeout" | "stopped" (restarted after a server-side fix)
+    clients: int  # client runs served by this load
+    log_offset: int  # the server log's size when the last client started
 
 
 class SessionState(TypedDict, total=False):
@@ -103,3 +119,6 @@ class SessionState(TypedDict, total=False):
 
     validation: dict[str, Any] | None
     """The last validator report (per-layer errors, problems)."""
+
+    servers: list[ServerRecord]
+    """Every start of the job's server, in order (two-process jobs only)."""
