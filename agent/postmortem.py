@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.job import script_argument
+from agent.postmortem_server import server_lines
 from agent.report import human_numbers, human_seconds
 from agent.tracefile import Trace, read_trace
 from tools.tracebacks import MAX_SUMMARY_CHARS, message_line
@@ -261,7 +262,7 @@ def postmortem_markdown(trace: Trace) -> str:
            f"**{s.outcome}** — {human_numbers(s.detail)}", "",
            f"- wall clock: {human_seconds(s.duration)}, {len(s.launches)} launch(es){kinds}, {len(s.faults)} "
            f"fault(s), {len(s.kept)} patch(es) kept" + (f", resumed {s.resumes} time(s)" if s.resumes else ""),
-           *job_lines(trace), *[f"- {line}" for line in s.loads()]]
+           *job_lines(trace), *[f"- {line}" for line in [*s.loads(), *server_lines(trace)]]]
     if s.problem:
         out.append(f"- **warning:** {s.problem}")
     out += [f"- warning: {human_numbers(w)}" for w in s.warnings]

