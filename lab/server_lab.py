@@ -238,4 +238,20 @@ def server_lab_target(root: Path) -> Any:
         raise UsageError(f"no server lab at {root}: run `medic lab build --flavour server`")
     return Target(python=str(paths.python), workdir=str(paths.work), command=paths.command(),
                   server_command=paths.server_command(), env=dict(SERVER_RUN_ENV),
-                  validate_command=paths.validate_command(), fixable_packages=["speculators", "hs_connectors"])
+                  validate_command=paths.validate_command(), fixable_packages=["speculators", "hs_connectors"],
+                  library_packages=["vllm", *client_libraries(paths)])
+
+
+def client_libraries(paths: ServerLabPaths) -> list[str]:
+    """What the client's code calls into: speculators' own declared requirements (its wheel METADATA), as
+    import names. A client-side drift is a call the installed one of these no longer takes."""
+    found = sorted(paths.site_packages().glob(f"speculators-{SERVER_SPECULATORS}.dist-info/METADATA"))
+    text = requirements_from_metadata(found[0].read_text())[0] if found else ""
+    names = []
+    for line in without(text, NOT_INSTALLED).splitlines():
+        import re
+
+        name = re.split(r"[\s\[<>=!~;(]", line.strip(), maxsplit=1)[0].lower().replace("-", "_")
+        if name and name not in ("speculators", "vllm"):
+            names.append(name)
+    return names

@@ -148,3 +148,50 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     assert not alive(int(ready["pid"]))  # the session ended: its server with it
     for launch in clients:
         assert (Path(launch["run_dir"]) / "exit").exists()
+
+
+LOGS = Path(__file__).parent / "data" / "server_logs"
+
+
+def test_a_rich_logged_client_traceback_reads_as_python_printed_it() -> None:
+    """speculators 0.9.0 logs through rich's handler: its traceback comes indented to the message column and
+    padded to the console width. Read back at that margin, it is an ordinary chain of three exceptions."""
+    from agent.nodes.diagnose import fault_from_log
+    from agent.nodes.server import raised_in_http_client
+
+    fault = fault_from_log((LOGS / "client_rich.log").read_bytes())
+    assert fault.exc_type == "httpcore2.ConnectError" and fault.message == "All connection attempts failed"
+    assert any(frame.file.endswith("openai/_base_client.py") for frame in fault.caller_frames)
+    assert raised_in_http_client(fault)
+
+
+def test_an_empty_exception_a_handler_replaced_is_not_the_root_cause() -> None:
+    from agent.nodes.diagnose import fault_from_log
+
+    fault = fault_from_log((LOGS / "server_metadata.log").read_bytes())
+    assert fault.exc_type == "importlib.metadata.PackageNotFoundError"  # not the StopIteration of next()
+    assert fault.frames[-1].file.endswith("importlib/metadata/__init__.py")
+
+
+def test_the_port_goes_into_every_word_that_names_it() -> None:
+    from tools.server_job import names_port, with_port
+
+    command = ["serve", "--port", "{port}", "--endpoint=http://127.0.0.1:{port}/v1"]
+    assert with_port(command, 8123) == ["serve", "--port", "8123", "--endpoint=http://127.0.0.1:8123/v1"]
+    assert names_port(command) and not names_port(["serve"])
+
+
+def test_lab_check_holds_the_server_output_to_the_hf_reference(server_lab: ServerLabPaths, tmp_path: Path) -> None:
+    """Layer id L is HF's output_hidden_states[L] in this API: files written so pass `medic lab check`; the
+    same files one layer further on (the in-process generator's L + 1) are a wrong output."""
+    right, shifted = tmp_path / "right", tmp_path / "shifted"
+    layers = ",".join(map(str, server_lab.layer_ids()))
+    script = Path(__file__).parent / "lab_scripts" / "make_server_reference.py"
+    made = subprocess.run([str(server_lab.python), str(script),
+                           str(server_lab.model("tiny")), str(server_lab.dataset), layers, str(right), str(shifted)],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert made.returncode == 0, made.stderr[-2000:]
+    good = medic("lab", "check", str(right), "--path", str(server_lab.root))
+    assert good.returncode == 0 and "VERIFIED: 6 rows" in good.stdout, good.stdout + good.stderr
+    bad = medic("lab", "check", str(shifted), "--path", str(server_lab.root))
+    assert bad.returncode == 1 and "layer 2: max abs error" in bad.stdout and "NOT VERIFIED" in bad.stdout
