@@ -44,7 +44,7 @@ def private_copy(dest: Path) -> Path:
 
 def figures(trace: Path, values: dict) -> dict[str, int]:
     rows = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
-    started = [r for r in rows if r["kind"] == "server" and r["data"].get("event") == "started"]
+    started = [r for r in rows if r.get("kind") == "server" and r["data"].get("event") == "started"]
     launches = values.get("launches") or []
     clients = [launch for launch in launches if launch.get("kind") == "target"]
     # the naive strategy restarts the server (and the client) for every attempt medic made: each client run

@@ -117,7 +117,7 @@ class ServerLabBuilder(LabBuilder):
 
     def record_variant(self) -> None:
         there = recorded_flavour(self.paths.root)
-        if there is None and (self.paths.root / "lab.json").exists():
+        if there is None and ((self.paths.root / "lab.json").exists() or (self.paths.root / ".stamps").is_dir()):
             raise LabError(f"{self.paths.root} holds another lab: pass another --path")
         write_atomic(self.paths.root / "lab.json", json.dumps(
             {"flavour": FLAVOUR, "vllm": SERVER_VLLM, "speculators": SERVER_SPECULATORS}) + "\n")
