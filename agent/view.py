@@ -43,6 +43,10 @@ class View:
             "preflight": f"[bold]preflight[/] {s('summary')}",
             "scan": f"[bold]scan[/] {s('summary')}",
             "launch": f"[bold]launch {s('n')}[/] ({s('kind')}) {s('run_dir')}",
+            "server": f"[bold]server S{s('n')}[/] {s('event')}" + (f" port {s('port')}" if data.get("port") else "")
+                      + (f" pid {s('pid')}" if data.get("pid") else "")
+                      + (f" after {s('seconds')}s" if data.get("seconds") is not None else "")
+                      + (f" log {s('log')}" if data.get("log") else ""),
             "run_end": f"  run ended: {s('outcome')} (exit {s('exit_code')}) after {s('seconds')}s",
             "fault": f"[red]fault[/] \\[{s('stage')}] {s('summary')}",
             "candidate": f"  [yellow]candidate[/] {s('origin')}: {s('rationale')}",
