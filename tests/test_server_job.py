@@ -34,12 +34,18 @@ def events(trace: Path, kind: str) -> list[dict]:
     return [row for row in rows if row.get("kind") == kind]
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def alive(pid: int, grace: float = 10.0) -> bool:
+    """Whether ``pid`` still runs ``grace`` seconds from now (a wrapper writes its exit file as its last act;
+    a zombie waiting for its reaper has ended)."""
+    deadline = time.monotonic() + grace
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            return False
+        if state == "Z" or time.monotonic() > deadline:
+            return state != "Z"
+        time.sleep(0.2)
 
 
 def test_the_server_lab_builds_once_and_says_what_it_holds(server_lab: ServerLabPaths) -> None:
