@@ -1,0 +1,95 @@
+"""The two-process machinery on a server that loads in a second: Python's own http.server (its /health is a
+file) and a client with a drift (``HTTPConnection(..., strict=True)``, a keyword Python 3.4 removed; the scan
+is off, so the drift costs a client run, as one the scan cannot see would). Real
+processes, real ports on 127.0.0.1, medic's real graph and checkpointer; the vLLM server lab
+(tests/test_server_job.py) shows the same on the real thing, at a load's price.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.config import Budgets, SessionConfig, Target
+from agent.session import run_session
+
+CLIENT = """import sys
+from http.client import HTTPConnection
+
+conn = HTTPConnection("127.0.0.1", int(sys.argv[1]), strict=True)
+conn.request("GET", "/health")
+status = conn.getresponse().status
+assert status == 200, status
+open("out.txt", "w").write("ok")
+"""
+
+
+def gone(pid: int, grace: float = 10.0) -> bool:
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, IndexError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def job(tmp_path: Path, mode: str = "unattended") -> SessionConfig:
+    work = tmp_path / "job"
+    (work / "www").mkdir(parents=True)
+    (work / "www" / "health").write_text("ok\n")
+    (work / "client.py").write_text(CLIENT)
+    target = Target(python=sys.executable, workdir=str(work), command=["python", "client.py", "{port}"],
+                    server_command=["python", "-m", "http.server", "{port}", "--bind", "127.0.0.1",
+                                    "--directory", "www"],
+                    validate_command=["python", "-c", "assert open('out.txt').read() == 'ok'"],
+                    library_packages=["http"])
+    return SessionConfig(session_id=f"small-{mode}", target=target, traces_dir=str(tmp_path / "traces"),
+                         mode=mode, budgets=Budgets(max_launches=4), scan=False)  # type: ignore[arg-type]
+
+
+def server_events(config: SessionConfig) -> list[dict]:
+    rows = [json.loads(line) for line in (Path(config.traces_dir) / f"{config.session_id}.jsonl").read_text()
+            .splitlines() if line.strip()]
+    return [row["data"] for row in rows if row.get("kind") == "server"]
+
+
+def test_a_client_fix_reruns_the_client_against_the_same_server(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    config = job(tmp_path)
+    outcome, values = run_session(config)
+    assert outcome == "verified", values.get("outcome_detail")
+    assert len(values["servers"]) == 1 and values["servers"][0]["clients"] == 2
+    clients = [launch for launch in values["launches"] if launch["kind"] == "target"]
+    assert len(clients) == 2 and values["faults"][0]["side"] == "client"
+    assert "strict" in values["faults"][0]["message"]
+    assert "strict=True" not in (tmp_path / "job" / "client.py").read_text()
+    events = server_events(config)
+    assert [e["event"] for e in events] == ["started", "ready", "reused"]
+    assert gone(int(events[1]["pid"]))  # the session ended, its server with it
+
+
+def test_resume_after_an_approval_finds_the_server_still_loaded(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waiting for a person costs no load: the server stays up while the patch waits, and the resumed session
+    runs the client against it instead of starting a second one."""
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    config = job(tmp_path, mode="approve")
+    outcome, values = run_session(config)
+    assert outcome == "waiting"
+    ready = [e for e in server_events(config) if e["event"] == "ready"]
+    assert len(ready) == 1 and not gone(int(ready[0]["pid"]), grace=0.5)
+    outcome, values = run_session(config, resume={"action": "approve", "by": "test"})
+    assert outcome == "verified", values.get("outcome_detail")
+    events = server_events(config)
+    assert [e["event"] for e in events] == ["started", "ready", "reused"]
+    assert len(values["servers"]) == 1
+    assert gone(int(ready[0]["pid"]))
