@@ -93,3 +93,56 @@ def test_resume_after_an_approval_finds_the_server_still_loaded(tmp_path: Path,
     assert [e["event"] for e in events] == ["started", "ready", "reused"]
     assert len(values["servers"]) == 1
     assert gone(int(ready[0]["pid"]))
+
+
+SERVER = """import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/health":
+            body = b"ok"
+        else:
+            body = urlsplit(self.path, scheme="", allow_fragments=True, strict=True).path.encode()
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+ASKING_CLIENT = """import sys
+from http.client import HTTPConnection
+
+conn = HTTPConnection("127.0.0.1", int(sys.argv[1]))
+conn.request("GET", "/v1/hidden")
+body = conn.getresponse().read().decode()
+assert body == "/v1/hidden", body
+open("out.txt", "w").write("ok")
+"""
+
+
+def test_a_client_http_error_caused_by_a_server_traceback_is_fixed_on_the_server_and_restarts_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's handler raises (a keyword urlsplit no longer takes) and drops the connection; the client
+    dies in http.client with RemoteDisconnected. The root cause is the server's traceback, the fix goes to the
+    server's script, and the server is restarted for it: two loads, and the client's second run verifies."""
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    config = job(tmp_path)
+    work = Path(config.target.workdir)
+    (work / "server.py").write_text(SERVER)
+    (work / "client.py").write_text(ASKING_CLIENT)
+    target = config.target.model_copy(update={"server_command": ["python", "server.py", "{port}"],
+                                              "library_packages": ["http", "urllib"]})
+    config = config.model_copy(update={"target": target, "session_id": "small-server-side"})
+    outcome, values = run_session(config)
+    assert outcome == "verified", values.get("outcome_detail")
+    fault = values["faults"][0]
+    assert fault["side"] == "server" and "strict" in fault["message"] and fault["server"] == 1
+    assert values["patches"][0]["patch"]["files"][0]["path"].endswith("/server.py")
+    events = server_events(config)
+    assert [e["event"] for e in events] == ["started", "ready", "stopped", "started", "ready"]
+    assert len(values["servers"]) == 2 and values["servers"][0]["outcome"] == "stopped"
+    assert all(gone(int(e["pid"])) for e in events if e["event"] == "ready")

@@ -118,7 +118,7 @@ def for_client(command: list[str], update: dict[str, Any], deps: Deps) -> tuple[
 
 # Packages that carry a client's HTTP requests: an exception raised inside them reports what the other side
 # did, so the server's own traceback (when it logged one meanwhile) is the cause to repair.
-HTTP_CLIENT_PACKAGES = ("openai", "httpx", "httpcore", "aiohttp", "requests", "urllib3")
+HTTP_CLIENT_PACKAGES = ("openai", "httpx", "httpcore", "aiohttp", "requests", "urllib3", "http")  # http: stdlib
 
 
 HTTP_CLIENT_FRAME = re.compile(r"/(?:" + "|".join(HTTP_CLIENT_PACKAGES) + r")\d*/")  # httpx2, httpcore2 too
