@@ -146,3 +146,30 @@ def test_a_client_http_error_caused_by_a_server_traceback_is_fixed_on_the_server
     assert [e["event"] for e in events] == ["started", "ready", "stopped", "started", "ready"]
     assert len(values["servers"]) == 2 and values["servers"][0]["outcome"] == "stopped"
     assert all(gone(int(e["pid"])) for e in events if e["event"] == "ready")
+
+
+def test_the_cli_runs_a_server_job_and_refuses_a_port_without_a_server(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    work = tmp_path / "job"
+    (work / "www").mkdir(parents=True)
+    (work / "www" / "health").write_text("ok\n")
+    (work / "client.py").write_text(CLIENT.replace(", strict=True", ""))
+    env = {**os.environ, "MEDIC_HOME": str(tmp_path / "home")}
+    medic = [sys.executable, "-m", "agent.cli", "run", "--python", sys.executable, "--workdir", str(work),
+             "--traces", str(tmp_path / "traces"), "--no-scan"]
+    ran = subprocess.run([*medic, "--session", "cli-server", "--server",
+                          "python -m http.server {port} --bind 127.0.0.1 --directory www",
+                          "--validate", "python -c \"assert open('out.txt').read() == 'ok'\"",
+                          "--", "python", "client.py", "{port}"],
+                         capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL,
+                         cwd=Path(__file__).parents[1])
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "server S1 ready" in ran.stderr
+    bad = subprocess.run([*medic, "--session", "cli-bad", "--port", "8000", "--", "python", "client.py"],
+                         capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
+                         cwd=Path(__file__).parents[1])
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith("--port and --keep-server go "
+                                                                                 "with --server")
+    assert not (tmp_path / "home" / "sessions" / "cli-bad").exists()
