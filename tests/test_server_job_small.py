@@ -173,3 +173,43 @@ def test_the_cli_runs_a_server_job_and_refuses_a_port_without_a_server(tmp_path:
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].endswith("--port and --keep-server go "
                                                                                  "with --server")
     assert not (tmp_path / "home" / "sessions" / "cli-bad").exists()
+
+
+def test_medic_killed_while_the_client_runs_resumes_against_the_same_server(tmp_path: Path) -> None:
+    """SIGKILL medic once its client is running: server and client are detached and go on; `medic resume`
+    follows the same client and verifies, with no second server start; then nothing of either is left."""
+    import os
+    import signal
+    import subprocess
+
+    work = tmp_path / "job"
+    (work / "www").mkdir(parents=True)
+    (work / "www" / "health").write_text("ok\n")
+    (work / "client.py").write_text("import time\ntime.sleep(6)\n" + CLIENT.replace(", strict=True", ""))
+    env = {**os.environ, "MEDIC_HOME": str(tmp_path / "home")}
+    traces = tmp_path / "traces"
+    run = subprocess.Popen([sys.executable, "-m", "agent.cli", "run", "--python", sys.executable, "--workdir",
+                            str(work), "--traces", str(traces), "--no-scan", "--session", "killed",
+                            "--server", "python -m http.server {port} --bind 127.0.0.1 --directory www",
+                            "--validate", "python -c \"assert open('out.txt').read() == 'ok'\"",
+                            "--", "python", "client.py", "{port}"],
+                           env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           cwd=Path(__file__).parents[1])
+    trace = traces / "killed.jsonl"
+    deadline = time.monotonic() + 120
+    while not (trace.exists() and '"kind": "launch"' in trace.read_text()):
+        assert time.monotonic() < deadline and run.poll() is None, "medic never launched the client"
+        time.sleep(0.1)
+    time.sleep(0.5)  # past the launch node's checkpoint, inside watch
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    ready = [json.loads(line)["data"] for line in trace.read_text().splitlines()
+             if '"kind": "server"' in line and '"ready"' in line]
+    assert len(ready) == 1 and not gone(int(ready[0]["pid"]), grace=0.5)  # the server outlived medic
+    resumed = subprocess.run([sys.executable, "-m", "agent.cli", "resume", "killed"], env=env, capture_output=True,
+                             text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=Path(__file__).parents[1])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    events = [json.loads(line)["data"]["event"] for line in trace.read_text().splitlines()
+              if '"kind": "server"' in line]
+    assert events.count("started") == 1
+    assert gone(int(ready[0]["pid"]))
