@@ -20,7 +20,8 @@ def fault_from_dict(data: FaultData) -> Fault:
     fields["caller_frames"] = tuple(FrameRef(**f) for f in data.get("caller_frames", ()))
     finding = data.get("finding")
     fields["finding"] = Finding(**cast(dict[str, Any], finding)) if finding else None
-    fields.pop("launch", None), fields.pop("repeated", None)  # what the state's fault list adds to a Fault
+    for extra in ("launch", "repeated", "side", "server"):  # what the state adds to a Fault
+        fields.pop(extra, None)
     return Fault(**fields)
 
 

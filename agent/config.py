@@ -39,6 +39,12 @@ class Target(BaseModel):
     canary_validate_command: list[str] | None = None
     # patch roots beyond the env's own site-packages and the workdir: only where the user names them
     extra_patch_roots: list[str] = Field(default_factory=list)
+    # a two-process job (tools/server_job.py): this server is started first, and the command (the client)
+    # runs once its health endpoint answers; ``{port}`` in either is the server's port
+    server_command: list[str] | None = None
+    server_port: int | None = Field(default=None, ge=1, le=65535)  # None: medic picks a free loopback port
+    server_ready_timeout: float = Field(default=1800.0, gt=0)
+    keep_server: bool = False  # leave the server running when the session ends
 
     @field_validator("python", "workdir")
     @classmethod

@@ -14,6 +14,8 @@ EventKind = Literal[
     "scan", "canary",
     # launches
     "launch", "phase", "check", "run_end",
+    # the server of a two-process job: start, ready, reuse, exit
+    "server",
     # a Slurm job's scheduler: why it waits, a resubmit after a transient end, a shard verified
     "scheduler", "resubmit", "shard",
     # faults and their remedies (one path, whoever found the fault)

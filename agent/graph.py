@@ -11,6 +11,10 @@
     watch ─(Slurm: node failure, preemption)─► resubmit ─► launch;  resubmit ─(resubmits spent)─► report
     repair ─(nothing left for a scan fault)─► scan;  repair ─(nothing left)─► report
 
+A two-process job (``--server``) has no node of its own: launch first makes sure a server is up (started, or
+the live one reused; restarted after a server-side fix, agent/nodes/server.py), then starts the client, which
+watch follows; a server that dies while it loads is watched and diagnosed as the launch that crashed.
+
 Every fault goes through the one repair → [approve/policy] → apply → verify → revert path, whoever found it
 (scan, canary, crash, validator); ``[x]`` is a node a router may skip. A Slurm job's deterministic ends (time
 limit, out of memory, cancelled by someone else, never starts) are faults for diagnose like a crash.

@@ -64,6 +64,8 @@ class FaultData(TypedDict, total=False):
     reach: list[str]
     launch: int | None  # the launch it came from (none for the scan)
     repeated: bool  # the same fingerprint as the fault before it, after a patch
+    side: str  # a two-process job: "client" or "server", the process whose fix it needs
+    server: int | None  # that job's server load (ServerRecord n) the fault was seen with
 
 
 class CheckData(TypedDict, total=False):
@@ -149,6 +151,22 @@ class LaunchRecord(TypedDict, total=False):
     scheduler_state: str  # the state that decided the outcome (the worst of the shards')
     scheduler_reason: str
     failed_shard: int | None  # the shard whose log diagnose reads
+    server: int  # a client run: the server load (ServerRecord n) it ran against
+    server_log_offset: int  # the size of that server's log when the client started (its part of the log)
+
+
+class ServerRecord(TypedDict, total=False):
+    """One start of the job's server (a two-process job, agent/nodes/server.py)."""
+
+    n: int  # 1-based server load within the session
+    run_dir: str
+    port: int
+    pid: int | None
+    started: float
+    ready_seconds: float | None  # launch to a healthy endpoint: the load a client-side fix does not repeat
+    outcome: str  # "ready" | "exited" | "timeout" | "stopped" (restarted after a server-side fix)
+    clients: int  # client runs served by this load
+    log_offset: int  # the server log's size when the last client started
 
 
 class SessionState(TypedDict, total=False):
@@ -214,3 +232,5 @@ class SessionState(TypedDict, total=False):
 
     resubmits: int
     """Slurm jobs resubmitted as they were after a transient end (node failure, preemption)."""
+    servers: list[ServerRecord]
+    """Every start of the job's server, in order (two-process jobs only)."""

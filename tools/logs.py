@@ -82,6 +82,10 @@ _SLICE_BYTES = 1 << 20
 _MAX_CACHED = 4096
 
 
+# rich.logging.RichHandler's first line of a record: a time column (or its blank), the level padded to 8
+_RICH_RECORD = re.compile(r"(?:\[\d\d:\d\d:\d\d\]|\s{10}) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?=\S)")
+
+
 def clean_lines(data: bytes) -> list[LogLine]:
     """Every meaningful line of ``data``, prefixes removed and recorded; redraws of one progress bar
     collapse to the last one."""
@@ -152,6 +156,7 @@ class LineCleaner:
         lineno = self._lineno
         for raw in raw_lines:
             lineno += 1
+            raw = self._unboxed(raw)
             if "\r" in raw:
                 if raw.find("\r") != len(raw) - 1:
                     self._redraws(raw, lineno)
@@ -166,6 +171,25 @@ class LineCleaner:
                 bars.pop(proc, None)
             out.append(LogLine(proc, level, source, text, lineno, timestamp))
         self._lineno = lineno
+
+    _rich_margin: int | None = None
+
+    def _unboxed(self, raw: str) -> str:
+        """rich's logging handler draws a record as a column: ``[12:00:01] ERROR    message    file.py:12``,
+        its further lines (a traceback) indented to the message's column and padded to the width. Those lines
+        come back at the margin, so a traceback reads as Python printed it; other lines are left as they are."""
+        head = _RICH_RECORD.match(raw)
+        if head is not None:
+            self._rich_margin = head.end()
+            return raw
+        margin = self._rich_margin
+        if margin is None:
+            return raw
+        if raw[:margin].strip() or not raw.strip():
+            if raw.strip():
+                self._rich_margin = None
+            return raw.rstrip()
+        return raw[margin:].rstrip()
 
     def _redraws(self, raw: str, lineno: int) -> None:
         """A line of \\r-separated redraws; vLLM's process prefix, if any, leads only the first one."""

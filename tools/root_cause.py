@@ -53,7 +53,17 @@ def root_cause(tracebacks: Sequence[Traceback]) -> Traceback | None:
     """The traceback that explains the failure: the earliest informative one, looking through chains and
     groups; wrappers, teardown noise and handled (quietly logged) ones only when nothing better exists."""
     candidates = [node for traceback in tracebacks for node in _all_nodes(traceback)]
-    return min(candidates, key=_explanatory_rank, default=None)
+    # an exception with no message that a handler replaced by another ("During handling of the above
+    # exception…": a StopIteration from next(), a bare KeyError) is the handler's control flow: the
+    # exception it raised instead says what went wrong
+    replaced = {id(node.cause) for node in candidates
+                if node.context_kind == "context" and node.cause is not None and not node.cause.message.strip()}
+
+    def rank(traceback: Traceback) -> tuple[int, int]:
+        level, lineno = _explanatory_rank(traceback)
+        return level + (1 if id(traceback) in replaced else 0), lineno
+
+    return min(candidates, key=rank, default=None)
 
 
 def _all_nodes(traceback: Traceback) -> Iterator[Traceback]:

@@ -32,6 +32,10 @@ console = make_console(stderr=True)
 
 def lab_target(root: Path = DEFAULT_ROOT, size: str = "tiny") -> Target:
     """The embedded lab as a target. With the large model, the tiny one is its canary."""
+    from lab.server_lab import recorded_flavour, server_lab_target
+
+    if recorded_flavour(root) == "server":
+        return server_lab_target(root)
     paths = LabPaths(root)
     if not paths.python.exists():
         raise UsageError(f"no lab at {root}: run `medic lab build` (or pass --python/--workdir/-- COMMAND)")
@@ -99,6 +103,10 @@ def run(
     shards: Annotated[int, typer.Option(help="a Slurm job array of N shards; {shard} in the command (and "
                                         "--validate) and $MEDIC_SHARD are the shard's index")] = 1,
     lead_shard: Annotated[bool, typer.Option(help="until one shard is verified, run only one")] = True,
+    server: Annotated[str | None, typer.Option(help="a server to start first (its '{port}' is filled in); "
+                                               "COMMAND is then its client, run once /health answers")] = None,
+    port: Annotated[int | None, typer.Option(help="the server's port (default: a free one on 127.0.0.1)")] = None,
+    keep_server: Annotated[bool, typer.Option(help="leave the server running when the session ends")] = False,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
     if mode not in ("unattended", "approve"):
@@ -119,6 +127,13 @@ def run(
             lab_ = lab_target(lab, lab_size)
             target = Target.model_validate({**lab_.model_dump(), "env": {**lab_.env, **parse_env(env or [])},
                                             "extra_patch_roots": [local_path(p, "local") for p in patch_root or []]})
+        if server or port or keep_server:
+            if server is None and target.server_command is None:
+                raise UsageError("--port and --keep-server go with --server")
+            target = target.model_copy(update={k: v for k, v in {
+                "server_command": shlex.split(server) if server else None, "server_port": port,
+                "keep_server": keep_server or None}.items() if v is not None})
+            Target.model_validate(target.model_dump())  # a bad --port fails here, in one line
         config = SessionConfig(
             session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
             budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary, scan=scan,

@@ -55,6 +55,11 @@ def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
         from agent.nodes.slurm_launch import scheduler_fault
 
         fault = scheduler_fault(record, fault.log_excerpt)
+    side, server = None, None
+    if deps.config.target.server_command:  # a two-process job: which side's traceback explains it
+        from agent.nodes.server import sided
+
+        fault, side, server = sided(state, deps, record, fault, fault_from_log)
     # the log is the job's output: it reaches the checkpoint, the report and any prompt only redacted
     red = deps.trace.redactor
     fault = replace(fault, message=red.text(fault.message), log_excerpt=red.text(fault.log_excerpt))
@@ -63,8 +68,13 @@ def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
     repeated = bool(previous and fault.fingerprint and previous.get("fingerprint") == fault.fingerprint)
     deps.record("fault", "diagnose", {"stage": fault.stage, "summary": fault.summary, "proc": fault.proc,
                                       "fingerprint": fault.fingerprint, "repeated": repeated,
-                                      "frames": [f"{f.file}:{f.line} {f.func}" for f in fault.frames[-4:]]})
-    return record_fault(state, fault, launch=record.get("n"), repeated=repeated)
+                                      "frames": [f"{f.file}:{f.line} {f.func}" for f in fault.frames[-4:]],
+                                      **({"side": side, "server": server} if side else {})})
+    update = record_fault(state, fault, launch=record.get("n"), repeated=repeated)
+    if side:  # which process a fix touches: a server-side one restarts the server (agent/nodes/server.py)
+        update["fault"] = {**update["fault"], "side": side, "server": server}
+        update["faults"][-1] = {**update["faults"][-1], "side": side, "server": server}
+    return update
 
 
 def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bool = False) -> dict[str, Any]:

@@ -36,9 +36,21 @@ LOADED_PHASES = ("loading", "kv_cache", "warmup", "extracting", "done")
 def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     cfg = deps.config
     launches = list(state.get("launches") or [])
+    server_update: dict[str, Any] = {}
+    if cfg.target.server_command:  # a two-process job: a ready server first (agent/nodes/server.py)
+        from agent.nodes.server import ensure_server
+
+        server_update, crashed = ensure_server(state, deps)
+        if crashed is not None:  # the server ended before it was ready: watch and diagnose read its log
+            deps.record("launch", "launch", {"n": crashed["n"], "kind": "server", "run_dir": crashed["run_dir"]})
+            return {**server_update, "launches": [*launches, crashed], "run": crashed}
     n = len(launches) + 1
     kind = "canary" if on_canary(state, deps) else "target"
     command = canary_commands(state, deps)[0] if kind == "canary" else cfg.target.command
+    if server_update:
+        from agent.nodes.server import for_client
+
+        command, server_update = for_client(command or [], server_update, deps)
     # `python ...` means the target env's python, not the one first on the host's PATH
     command, replaced = with_interpreter(command or [], cfg.target.python)
     base = f"{cfg.host_dir}/runs/L{n}"
@@ -57,14 +69,22 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
         deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": earlier, "reattached": True})
     else:
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
-        env, unset = job_env(deps.host, cfg.target.env, env_edits(state.get("patches") or []))
+        base_env = cfg.target.env
+        if server_update:
+            from agent.nodes.server import WIDE_CONSOLE
+
+            base_env = {**WIDE_CONSOLE, **base_env}
+        env, unset = job_env(deps.host, base_env, env_edits(state.get("patches") or []))
         run = runs.launch(deps.host, with_unset(list(command or []), unset), run_dir=base, cwd=cfg.target.workdir,
                           env=env)
         deps.host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": run.dir, "at": time.time()}).encode())
         record["run_id"], record["run_dir"] = run.id, run.dir
         deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": run.dir, "command": command,
                                          **substituted(replaced, cfg.target.python)})
-    return {"launches": [*launches, record], "run": record}
+    if server_update:
+        server = server_update["servers"][-1]
+        record["server"], record["server_log_offset"] = server["n"], server.get("log_offset", 0)
+    return {**server_update, "launches": [*launches, record], "run": record}
 
 
 def substituted(replaced: str | None, python: str) -> dict[str, Any]:
@@ -87,7 +107,8 @@ def on_canary(state: SessionState, deps: Settings) -> bool:
 
 
 def target_launches(state: SessionState) -> int:
-    return sum(1 for launch_ in state.get("launches") or [] if launch_.get("kind", "target") == "target")
+    # a server that crashed while loading cost a load too
+    return sum(1 for launch_ in state.get("launches") or [] if launch_.get("kind", "target") in ("target", "server"))
 
 
 def launched_before(deps: Deps, base: str, ledger: str) -> str | None:
@@ -216,6 +237,11 @@ def end_runs(state: SessionState, deps: Deps) -> None:
     whose wrapper was killed from outside). Each run's wrapper reaps its own on exit; this is for the rest."""
     folders = [launch_["run_dir"] for launch_ in state.get("launches") or []
                if launch_.get("run_dir") and not launch_.get("job_id")]
+    if deps.config.target.server_command:
+        from agent.nodes.server import server_runs
+
+        kept = server_runs(state)[-1:] if deps.config.target.keep_server else []
+        folders = [folder for folder in dict.fromkeys([*folders, *server_runs(state)]) if folder not in kept]
     try:
         cancel_jobs(state, deps)
         runs.stop_all(deps.host, [runs.Run.in_dir(folder) for folder in folders])

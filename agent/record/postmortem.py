@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.job import script_argument
+from agent.record.postmortem_server import server_lines
 from agent.record.postmortem_shards import shard_lines
 from agent.record.report import human_numbers, human_seconds
 from agent.record.tracefile import Trace, read_trace
@@ -69,6 +70,7 @@ class FaultView:
     proc: str | None = None
     frames: list[str] = field(default_factory=list)
     repeated: bool = False
+    side: str | None = None  # a two-process job: "server" or "client", the log its root cause came from
 
     @property
     def when(self) -> str:
@@ -200,7 +202,8 @@ def summarize(trace: Trace) -> Summary:
             out.faults.append(FaultView(
                 seq=len(out.faults) + 1, stage=stage, summary=str(d.get("summary", "")), at=at,
                 launch=current if stage not in BEFORE_LAUNCH_STAGES else None, proc=d.get("proc"),
-                frames=[str(f) for f in d.get("frames") or []], repeated=bool(d.get("repeated"))))
+                frames=[str(f) for f in d.get("frames") or []], repeated=bool(d.get("repeated")),
+                side=d.get("side")))
         elif ev.kind == "candidate":
             pid = str(d.get("patch_id"))
             by_id[pid] = PatchView(id=pid, origin=str(d.get("origin", "")), rationale=str(d.get("rationale", "")),
@@ -262,7 +265,7 @@ def postmortem_markdown(trace: Trace) -> str:
            f"**{s.outcome}** — {human_numbers(s.detail)}", "",
            f"- wall clock: {human_seconds(s.duration)}, {len(s.launches)} launch(es){kinds}, {len(s.faults)} "
            f"fault(s), {len(s.kept)} patch(es) kept" + (f", resumed {s.resumes} time(s)" if s.resumes else ""),
-           *job_lines(trace), *[f"- {line}" for line in s.loads()]]
+           *job_lines(trace), *[f"- {line}" for line in [*s.loads(), *server_lines(trace)]]]
     if s.problem:
         out.append(f"- **warning:** {s.problem}")
     out += [f"- warning: {human_numbers(w)}" for w in s.warnings]
@@ -283,7 +286,8 @@ def postmortem_markdown(trace: Trace) -> str:
         where = f" at `{f.frames[-1]}`" if f.frames else ""
         proc = f" in `{f.proc}`" if f.proc else ""
         which = f" launch {f.launch.seq}" if f.launch else ""
-        out.append(f"{f.seq}. [{f.stage}]{which}: `{f.said}`{proc}{where} — caught {f.caught}"
+        side = f" {f.side}-side" if f.side else ""
+        out.append(f"{f.seq}. [{f.stage}]{which}{side}: `{f.said}`{proc}{where} — caught {f.caught}"
                    + (" (repeated right after its patch)" if f.repeated else ""))
     out += ["", "## Patches", ""]
     for p in s.patches:

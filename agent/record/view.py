@@ -50,6 +50,10 @@ class View:
                          else f"[yellow]resubmit[/] after {s('state')} (no patch), in {s('backoff')}s"),
             "shard": f"  shard {s('shard')} of {s('of')}: "
                      + ("[green]verified[/]" if data.get("verified") else "[red]NOT verified[/]"),
+            "server": f"[bold]server S{s('n')}[/] {s('event')}" + (f" port {s('port')}" if data.get("port") else "")
+                      + (f" pid {s('pid')}" if data.get("pid") else "")
+                      + (f" after {s('seconds')}s" if data.get("seconds") is not None else "")
+                      + (f" log {s('log')}" if data.get("log") else ""),
             "run_end": f"  run ended: {s('outcome')} (exit {s('exit_code')}) after {s('seconds')}s",
             "fault": f"[red]fault[/] \\[{s('stage')}] {s('summary')}",
             "candidate": f"  [yellow]candidate[/] {s('origin')}: {s('rationale')}",

@@ -1,0 +1,163 @@
+"""The server of a two-process job, as the launch node uses it: keep one loaded, restart it only when a fix
+touched the server's side.
+
+The prize of this shape is that the long load lives in the server: a fault on the client's side is fixed and
+the client rerun against the same loaded server. A server is (re)started when there is none yet, when the one
+there has ended, or when the fault just repaired was the server's (its traceback came from the server's log:
+the fix is in code or an environment the running server has already read). Each start is ledgered on the host
+(``servers/S<n>.json``) before it is waited on, so a resumed session reattaches to a live server instead of
+starting a second one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from typing import Any
+
+from agent.deps import Deps
+from agent.job import with_interpreter
+from agent.remedies import env_edits, job_env, with_unset
+from agent.state import LaunchRecord, ServerRecord, SessionState
+from tools import runs, server_job
+
+
+def current_server(state: SessionState) -> ServerRecord | None:
+    servers = state.get("servers") or []
+    return servers[-1] if servers and servers[-1].get("outcome") == "ready" else None
+
+
+def needs_restart(state: SessionState, server: ServerRecord) -> bool:
+    """A fault seen on this server's side was repaired since it started: it must read the fix afresh."""
+    fault = state.get("fault") or {}
+    return fault.get("side") == "server" and fault.get("server") == server.get("n")
+
+
+def ensure_server(state: SessionState, deps: Deps) -> tuple[dict[str, Any], LaunchRecord | None]:
+    """(state update, a crashed launch record or None). On None, ``servers[-1]`` in the update is ready."""
+    servers: list[ServerRecord] = [dict(s) for s in state.get("servers") or []]  # type: ignore[misc]
+    live = current_server(state)
+    if live is not None:
+        run = runs.Run.in_dir(live["run_dir"])
+        if not server_job.alive(deps.host, run):
+            live["outcome"] = "exited"
+            deps.record("server", "launch", {"event": "gone", "n": live["n"], "run_dir": live["run_dir"]})
+        elif needs_restart(state, live):
+            runs.stop(deps.host, run)
+            live["outcome"] = "stopped"
+            deps.record("server", "launch", {"event": "stopped", "n": live["n"], "why": "a server-side fix"})
+        else:
+            deps.record("server", "launch", {"event": "reused", "n": live["n"], "port": live["port"],
+                                             "clients": live.get("clients", 0)})
+            return {"servers": [*servers[:-1], live]}, None
+        servers[-1] = live
+    record = start(state, deps, len(servers) + 1)
+    servers.append(record)
+    if record["outcome"] == "ready":
+        return {"servers": servers}, None
+    launches = list(state.get("launches") or [])
+    crashed: LaunchRecord = {"n": len(launches) + 1, "kind": "server", "run_dir": record["run_dir"],
+                             "started": record["started"], "exit_code": None, "phases": {}, "checks_during_load": []}
+    return {"servers": servers}, crashed
+
+
+def start(state: SessionState, deps: Deps, n: int) -> ServerRecord:
+    cfg = deps.config
+    target = cfg.target
+    base = f"{cfg.host_dir}/runs/S{n}"
+    ledger = f"{cfg.host_dir}/servers/S{n}.json"
+    earlier = None
+    if deps.host.exists(ledger):  # started before medic died: reattach to it
+        with contextlib.suppress(ValueError, KeyError):
+            earlier = json.loads(deps.host.read_bytes(ledger))
+    if earlier:
+        run, port = runs.Run.in_dir(str(earlier["run"])), int(earlier["port"])
+        deps.record("server", "launch", {"event": "reattached", "n": n, "run_dir": run.dir, "port": port})
+    else:
+        port = target.server_port or server_job.free_port(deps.host, target.python)
+        command, _ = with_interpreter(server_job.with_port(target.server_command or [], port), target.python)
+        env, unset = job_env(deps.host, {**WIDE_CONSOLE, **target.env}, env_edits(state.get("patches") or []))
+        deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/servers"], timeout=30)
+        run = runs.launch(deps.host, with_unset(command, unset), run_dir=base, cwd=target.workdir, env=env)
+        deps.host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": run.dir, "port": port,
+                                                         "at": time.time()}).encode())
+        deps.record("server", "launch", {"event": "started", "n": n, "run_dir": run.dir, "log": run.log,
+                                         "port": port, "command": command})
+    started = deps.clock()
+    ready = server_job.wait_ready(deps.host, target.python, run, port, timeout=target.server_ready_timeout,
+                                  poll=max(0.2, deps.poll_interval))
+    pid = runs.status(deps.host, run).pid
+    outcome = {"ready": "ready", "exited": "exited", "timeout": "timeout"}[ready.state]
+    if ready.state == "timeout":
+        runs.stop(deps.host, run)
+    deps.record("server", "launch", {"event": ready.state, "n": n, "port": port, "pid": pid, "run_dir": run.dir,
+                                     "seconds": round(ready.seconds, 1), "exit_code": ready.exit_code})
+    return {"n": n, "run_dir": run.dir, "port": port, "pid": pid, "started": started,
+            "ready_seconds": round(ready.seconds, 1) if ready.state == "ready" else None, "outcome": outcome,
+            "clients": 0}
+
+
+def server_runs(state: SessionState) -> list[str]:
+    """Run folders of every server of the session (for ending them with the session)."""
+    return [s["run_dir"] for s in state.get("servers") or [] if s.get("run_dir")]
+
+
+def for_client(command: list[str], update: dict[str, Any], deps: Deps) -> tuple[list[str], dict[str, Any]]:
+    """The client's command against the ready server (``{port}`` filled in), and the server's record with
+    this client counted and its log's size now (the client's part of the server log starts there)."""
+    servers = list(update["servers"])
+    server: ServerRecord = dict(servers[-1])  # type: ignore[assignment]
+    stat = deps.host.stat(runs.Run.in_dir(server["run_dir"]).log)
+    server["clients"] = server.get("clients", 0) + 1
+    server["log_offset"] = stat.size if stat else 0
+    servers[-1] = server
+    return server_job.with_port(command, server["port"]), {**update, "servers": servers}
+
+
+# Packages that carry a client's HTTP requests: an exception raised inside them reports what the other side
+# did, so the server's own traceback (when it logged one meanwhile) is the cause to repair.
+HTTP_CLIENT_PACKAGES = ("openai", "httpx", "httpcore", "aiohttp", "requests", "urllib3", "http")  # http: stdlib
+
+
+HTTP_CLIENT_FRAME = re.compile(r"/(?:" + "|".join(HTTP_CLIENT_PACKAGES) + r")\d*/")  # httpx2, httpcore2 too
+# rich and other console loggers draw to $COLUMNS when not on a terminal (80 by default), wrapping every
+# traceback line into pieces no parser can join: medic's runs of a two-process job get a wide console
+WIDE_CONSOLE = {"COLUMNS": "400"}
+
+
+def raised_in_http_client(fault: Any) -> bool:
+    return any(HTTP_CLIENT_FRAME.search(frame.file) for frame in fault.frames[-3:])
+
+
+def server_part(deps: Deps, state: SessionState, record: LaunchRecord) -> bytes:
+    """What the server logged since this client started: the server's side of the client's failure."""
+    server = next((s for s in state.get("servers") or [] if s.get("n") == record.get("server")), None)
+    if server is None:
+        return b""
+    run, offset = runs.Run.in_dir(server["run_dir"]), int(record.get("server_log_offset") or 0)
+    parts: list[bytes] = []
+    while True:
+        chunk = runs.follow(deps.host, run, offset)
+        if not chunk.data:
+            return b"".join(parts)
+        parts.append(chunk.data)
+        offset = chunk.offset
+
+
+def sided(state: SessionState, deps: Deps, record: LaunchRecord, client_fault: Any,
+          from_log: Any) -> tuple[Any, str | None, int | None]:
+    """(the fault to repair, its side, the server load it was seen on). A server that crashed before it was
+    ready is the server's fault; a client that failed in its HTTP library (or with no traceback) while the
+    server logged a traceback is the server's too; anything else is the client's."""
+    if record.get("kind") == "server":
+        n = next((s["n"] for s in state.get("servers") or [] if s.get("run_dir") == record.get("run_dir")), None)
+        return client_fault, "server", n
+    if not record.get("server"):
+        return client_fault, None, None
+    server_fault = from_log(server_part(deps, state, record))
+    if server_fault.exc_type != "NoTraceback" and (
+            client_fault.exc_type == "NoTraceback" or raised_in_http_client(client_fault)):
+        return server_fault, "server", record["server"]
+    return client_fault, "client", record["server"]

@@ -1,0 +1,40 @@
+"""The server lab for the tests: built (or reused) once per session, never skipped; a private copy per test.
+
+``private_server_lab`` gives a test its own lab: the venv as a hard-link clone (its scripts rewritten to name
+the copy), everything else hard-linked, then pristine speculators again. medic writes every file by rename,
+so nothing a test does reaches the shared lab.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lab.build import LabPaths, clone_venv
+from lab.server_lab import ServerLabBuilder, ServerLabPaths, server_root
+from tools.errors import LabError
+
+
+@pytest.fixture(scope="session")
+def server_lab() -> ServerLabPaths:
+    builder = ServerLabBuilder(LabPaths(server_root()))
+    try:
+        builder.build(("tiny",))
+    except LabError as err:
+        pytest.fail(f"the server lab did not build: {err}", pytrace=False)
+    return builder.server
+
+
+@pytest.fixture
+def private_server_lab(server_lab: ServerLabPaths, tmp_path: Path) -> ServerLabPaths:
+    root = tmp_path / "server-lab"
+    root.mkdir()
+    for part in server_lab.root.iterdir():
+        if part.name == "venv":
+            clone_venv(part, root / "venv")
+        else:
+            subprocess.run(["cp", "-al", str(part), str(root / part.name)], check=True, timeout=300)
+    ServerLabBuilder(LabPaths(root)).reset()
+    return ServerLabPaths(root)
