@@ -22,6 +22,7 @@ from langgraph.types import Command
 from agent.config import SessionConfig, medic_home
 from agent.deps import Deps
 from agent.graph import build_graph
+from agent.people import Shortener
 from agent.repair.engine import RepairEngine
 from agent.trace import TraceWriter
 from agent.view import View
@@ -138,6 +139,7 @@ def make_deps(config: SessionConfig, host: Host | None = None, view: View | None
     header = {"session": config.session_id, "config": json.loads(config.model_dump_json()), "host": host.name}
     trace = TraceWriter(Path(config.traces_dir) / f"{config.session_id}.jsonl", header, redactor)
     deps = Deps(host=host, config=config, engine=engine or RepairEngine(), trace=trace, view=view or View())
+    deps.view.shortener = Shortener.for_config(header["config"])  # what a person reads: short paths
     if engine is None and config.llm is not None:
         from agent.llm_fallback import llm_fallback
 
