@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from agent import cli_approve, cli_run, cli_trace
+from agent import cli_approve, cli_run, cli_trace, cli_watch
 from lab.cli import app as lab_app
 from tools.errors import MedicError
 
@@ -17,6 +17,8 @@ app.command(context_settings={"allow_extra_args": False})(cli_run.run)
 app.command()(cli_run.resume)
 app.command()(cli_run.revert)
 app.command()(cli_approve.sessions)
+app.command()(cli_watch.status)
+app.command()(cli_watch.watch)
 app.command()(cli_approve.approve)
 app.command()(cli_approve.policy_check)
 app.command()(cli_trace.replay)

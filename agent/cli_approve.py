@@ -22,6 +22,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from agent.approval import edited_patch, refuse_if_stale
+from agent.cli_live import drive
 from agent.cli_run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
@@ -174,8 +175,7 @@ def approve(
         if go["action"] == "edit":
             raise UsageError("a launch has no diff to edit: answer a or r")
         go["by"] = _who()
-        outcome, _ = run_session(config, resume=go)
-        finish(config, outcome, postmortem=False)
+        finish(config, drive(config, lambda view: run_session(config, resume=go, view=view)), postmortem=False)
         return
     show_proposal(proposal)
     answer = {"action": "approve"} if yes else {"action": "edit"} if edit else (
@@ -206,7 +206,8 @@ def send_answer(config: SessionConfig, proposal: dict[str, Any], answer: dict[st
         console.print(f"edited diff ok: patch {edited.id} replaces {pid}; applying and verifying it")
     answer["by"] = _who()
     answer.setdefault("reason", "")
-    outcome, _ = run_session(config, resume=answer, deps=make_deps(config, host=host))
+    outcome = drive(config, lambda view: run_session(config, resume=answer, deps=make_deps(config, host=host,
+                                                                                            view=view)))
     _, again = read_session(session) if outcome == "waiting" else ({}, None)
     if answer["action"] == "approve" and again is not None and again.get("patch", {}).get("id") == pid:
         # the file changed between the check above and the graph's own check: the graph refused it too

@@ -129,12 +129,16 @@ def connect_checked(config: SessionConfig) -> Host:
     return host
 
 
-def make_deps(config: SessionConfig, host: Host | None = None, view: View | None = None,
-              engine: RepairEngine | None = None) -> Deps:
-    # secret-named variables of medic's environment and of the job's own; the job's paths are never secrets
+def session_redactor(config: SessionConfig) -> Redactor:
+    """Secret-named variables of medic's environment and of the job's own; the job's paths are never secrets."""
     t = config.target
     keep = [t.python, t.workdir, t.model_dir or "", str(Path(config.traces_dir).resolve()), os.getcwd()]
-    redactor = Redactor.from_environment({**os.environ, **t.env}, keep=keep)
+    return Redactor.from_environment({**os.environ, **t.env}, keep=keep)
+
+
+def make_deps(config: SessionConfig, host: Host | None = None, view: View | None = None,
+              engine: RepairEngine | None = None) -> Deps:
+    redactor = session_redactor(config)
     host = host or connect_host(config)
     header = {"session": config.session_id, "config": json.loads(config.model_dump_json()), "host": host.name}
     trace = TraceWriter(Path(config.traces_dir) / f"{config.session_id}.jsonl", header, redactor)
@@ -148,10 +152,10 @@ def make_deps(config: SessionConfig, host: Host | None = None, view: View | None
 
 
 def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None = None,
-                host: Host | None = None) -> tuple[str, dict[str, Any]]:
+                host: Host | None = None, view: View | None = None) -> tuple[str, dict[str, Any]]:
     """Drive the graph until it ends or waits for a person. Returns (outcome, final state values)."""
     with session_lock(config.session_id), checkpointer() as saver:
-        deps = deps or make_deps(config, host=host)
+        deps = deps or make_deps(config, host=host, view=view)
         graph = build_graph(deps, checkpointer=saver)
         thread = {"configurable": {"thread_id": config.session_id}, "recursion_limit": RECURSION_LIMIT}
         snapshot = graph.get_state(thread)
