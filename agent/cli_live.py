@@ -68,8 +68,6 @@ def drive(config: SessionConfig, run: Callable[[View], tuple[str, dict[str, Any]
                 outcome = "stopped"
                 how = str(err) or "SIGINT"
                 append_event(config, "stopped", {"signal": how, "pid": os.getpid()}, session_redactor(config))
-                view.event("warning", "cli", {"message": f"medic stopped ({how}): `medic resume "
-                                                         f"{config.session_id}` goes on"})
                 view.event("stopped", "cli", {"signal": how})
     finally:
         close_view(view)

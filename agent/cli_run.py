@@ -159,7 +159,7 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
         console.print(f"the host needs a change medic does not make unattended: run `{steps}` on "
                       f"{config.target.host}, then `medic resume {config.session_id}`", markup=False)
     elif outcome == "stopped":
-        console.print(f"medic stopped: `medic resume {config.session_id}` goes on (the job was left running)")
+        console.print(f"medic stopped: `medic resume {config.session_id}` goes on (a job it launched keeps running)")
     elif report.exists():
         console.print(f"report: {report}")
     if postmortem:
