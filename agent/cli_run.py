@@ -117,7 +117,8 @@ def run(
                                             "extra_patch_roots": [local_path(p, "local") for p in patch_root or []]})
         config = SessionConfig(
             session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
-            budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary, scan=scan,
+            budgets=Budgets(max_launches=max_launches, max_wall=max_wall), canary=canary, scan=scan,
+            traces_dir=os.path.abspath(traces),  # watch, status and resume find it from any folder
             confirm_launch=confirm_launch, notify=notify,
             llm={k: v for k, v in {"base_url": llm_base_url, "model": llm_model}.items() if v} if (
                 llm_base_url or llm_model) else None)

@@ -84,7 +84,7 @@ class PanelState:
     history: list[float] = field(default_factory=list)  # target loads of earlier sessions
     loads: dict[str, list[float]] = field(default_factory=dict)  # this session's, by launch kind
     launch: int = 0
-    kind: str = ""
+    role: str = ""  # the launch's: target or canary
     target_launches: int = 0
     launch_started: float = 0.0
     phase: str = "preflight"
@@ -109,8 +109,8 @@ class PanelState:
     def apply(self, kind: str, data: dict[str, Any], ts: float) -> None:
         """One trace event, at its own time."""
         if kind == "launch":
-            self.launch, self.kind = int(data.get("n") or self.launch + 1), str(data.get("kind") or "target")
-            self.target_launches += self.kind == "target" and not data.get("reattached")
+            self.launch, self.role = int(data.get("n") or self.launch + 1), str(data.get("kind") or "target")
+            self.target_launches += self.role == "target" and not data.get("reattached")
             self.launch_started, self.phase, self.percent, self.eta_end = ts, "starting", None, None
             self.checks, self.waiting = [], None
         elif kind == "phase":
@@ -123,7 +123,7 @@ class PanelState:
             self.phase = f"ended: {data.get('outcome') or '?'}"
             loaded = load_seconds(data.get("phases") or {})
             if loaded:
-                self.loads.setdefault(self.kind or "target", []).append(loaded)
+                self.loads.setdefault(self.role or "target", []).append(loaded)
         elif kind == "checks_queued":
             self.checks = [[str(check), ""] for check in data.get("checks") or []]
         elif kind == "check" and data.get("when") in ("during_load", "after_exit"):
@@ -155,7 +155,7 @@ class PanelState:
             return None
         if self.eta_end is not None:
             return max(0.0, self.eta_end - now)
-        earlier = self.loads.get(self.kind) or (self.history if self.kind == "target" else [])
+        earlier = self.loads.get(self.role) or (self.history if self.role == "target" else [])
         if earlier:
             return max(0.0, statistics.median(earlier) - (now - self.launch_started))
         return None
@@ -164,7 +164,7 @@ class PanelState:
         """The panel as plain text lines (``medic status`` prints these; the live panel lays them out)."""
         head = f"medic {self.session} · {self.host} · {self.mode}"
         if self.launch:
-            which = (f"launch {self.target_launches} of {self.max_launches} (target)" if self.kind == "target"
+            which = (f"launch {self.target_launches} of {self.max_launches} (target)" if self.role == "target"
                      else f"canary run (launch L{self.launch}; {self.target_launches} of {self.max_launches} "
                           "target launches used)")
         else:

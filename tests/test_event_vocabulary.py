@@ -10,8 +10,7 @@ from agent.events import EVENT_KINDS
 from agent.replay import NODE_OF
 
 ROOT = Path(__file__).resolve().parents[1]
-READERS = ("agent/view.py", "agent/replay.py", "agent/postmortem.py", "agent/postmortem_html.py", "agent/panel.py",
-           "agent/watch.py")
+READERS = ("agent/view.py", "agent/replay.py", "agent/postmortem.py", "agent/postmortem_html.py", "agent/panel.py")
 
 
 def kinds_read(path: Path) -> set[str]:
