@@ -54,10 +54,7 @@ def watch(session: str) -> None:
     try:
         while True:
             for kind, node, data, ts in follower.events():
-                if isinstance(view, LivePanel):
-                    view.event(kind, node, data, ts)
-                else:
-                    view.event(kind, node, data)
+                view.event(kind, node, data, ts)
             found = session_status(session)
             if found.state == "running":
                 not_running_since = None
@@ -68,10 +65,7 @@ def watch(session: str) -> None:
                 not_running_since = time.monotonic()
             time.sleep(POLL)
         for kind, node, data, ts in follower.events():  # what was written between the last read and the end
-            if isinstance(view, LivePanel):
-                view.event(kind, node, data, ts)
-            else:
-                view.event(kind, node, data)
+            view.event(kind, node, data, ts)
     finally:
         if isinstance(view, LivePanel):
             view.stop()

@@ -241,7 +241,7 @@ class LivePanel(View):
     def event(self, kind: str, node: str, data: dict[str, Any], ts: float | None = None) -> None:
         with self._lock:
             self.state.apply(kind, data, self.clock() if ts is None else ts)
-        super().event(kind, node, data)
+        super().event(kind, node, data, ts)
 
     def stop(self) -> None:
         self._live.refresh()

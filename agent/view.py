@@ -29,7 +29,8 @@ class View:
         self._last_progress = (-100.0, 0.0)  # (percent, when) of the last load-progress line
         self._last_validate = ""
 
-    def event(self, kind: str, node: str, data: dict[str, Any]) -> None:
+    def event(self, kind: str, node: str, data: dict[str, Any], ts: float | None = None) -> None:
+        """One event as a line (``ts``, when it was recorded, matters to the panel only)."""
         if self.quiet or kind in QUIET_KINDS:
             return
         line = self.describe(kind, data)
