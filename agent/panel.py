@@ -140,12 +140,14 @@ class PanelState:
             self.kept.pop(str(data.get("patch_id")), None)
         elif kind in WAITS:
             self.waiting = WAITS[kind]
-        elif kind in ("approval_answer", "confirm_answer", "resume"):
+        elif kind in ("approval_answer", "confirm_answer"):
             self.waiting = None
+        elif kind == "resume":  # a stopped or waiting session goes on
+            self.waiting, self.outcome, self.ended = None, None, None
         elif kind == "exit":
             self.outcome, self.phase, self.ended = str(data.get("outcome") or "?"), "ended", ts
         elif kind == "stopped":
-            self.outcome, self.phase, self.ended = "stopped", "stopped", ts
+            self.outcome, self.phase, self.ended, self.waiting = "stopped", "stopped", ts, None
         elif kind in ("preflight", "scan", "validate"):
             self.phase = kind
 

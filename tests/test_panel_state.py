@@ -75,6 +75,10 @@ def test_kept_changes_faults_checks_and_waiting() -> None:
     assert s.lines(1013.0)[4] == "checks this wait: 1 of 3 ok · now disk_free <workdir>/out, 1 more"
     s.apply("approval", {"patch_id": "d"}, 1020.0)
     assert s.lines(1021.0)[-1] == "waiting for approval"
+    s.apply("stopped", {"signal": "SIGTERM"}, 1030.0)
+    assert s.lines(2000.0)[2].startswith("elapsed 30.0s") and s.lines(2000.0)[-1] == "session stopped"
+    s.apply("resume", {"pid": 1}, 2000.0)
+    assert s.lines(2001.0)[-1].startswith("checks this wait")  # going again: neither waiting nor stopped
 
 
 def test_a_one_shard_load_is_one_plain_line() -> None:
