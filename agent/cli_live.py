@@ -18,7 +18,7 @@ from typing import Any
 from agent.config import SessionConfig
 from agent.notify import append_event, notify, notify_event
 from agent.outcomes import OUTCOMES
-from agent.panel import LivePanel
+from agent.panel import LivePanel, at_terminal
 from agent.people import Shortener
 from agent.session import pending_interrupt, read_checkpoint, session_redactor
 from agent.view import View
@@ -33,7 +33,7 @@ class Stopped(KeyboardInterrupt):
 def make_view(config: SessionConfig, console: Any = None) -> View:
     """The live panel at a terminal (caught up with the trace so far, for a resumed session), else lines."""
     console = console or make_console(stderr=True, highlight=False)
-    if not console.is_terminal:
+    if not at_terminal(console):
         return View(console, shortener=Shortener.for_config(config.model_dump()))
     follower = TraceFollower(config)
     follower.catch_up()

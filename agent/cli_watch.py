@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from agent.panel import LivePanel
+from agent.panel import LivePanel, at_terminal
 from agent.people import for_people
 from agent.session import load_config
 from agent.view import View
@@ -48,7 +48,7 @@ def watch(session: str) -> None:
     config = load_config(session)
     follower = TraceFollower(config)
     console = make_console(stderr=True, highlight=False)
-    view = LivePanel(follower.state, console) if console.is_terminal else View(console,
+    view = LivePanel(follower.state, console) if at_terminal(console) else View(console,
                                                                                  shortener=follower.state.shortener)
     not_running_since: float | None = None
     try:

@@ -223,6 +223,11 @@ class PanelState:
         return Panel(Group(*parts), title=escape(lines[0]), title_align="left", border_style="cyan")
 
 
+def at_terminal(console: Console) -> bool:
+    """A terminal that can redraw (TERM=dumb cannot): the panel; anything else gets plain lines."""
+    return bool(console.is_terminal and not console.is_dumb_terminal)
+
+
 class LivePanel(View):
     """The view at a terminal: event lines scroll above, the panel stays below (rich Live, redrawn twice a
     second so elapsed time and the ETA move between events)."""
