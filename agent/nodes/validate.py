@@ -34,7 +34,7 @@ def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
     stdin, replaced, described = None, None, ""
     if given:  # the validator runs in the target env too: `python verify.py` means --python
         command, replaced = with_interpreter(given, target.python)
-        described = f"`{' '.join(command)[:120]}`"
+        described = f"`{' '.join(command)}`"  # whole: people read it shortened (agent/people.py), not cut
     else:
         own = builtin_check(deps.host, target.python, run_command or target.command, target.workdir,
                             output=None if canary else target.output, model_dir=None if canary else target.model_dir)
