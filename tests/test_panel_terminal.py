@@ -13,13 +13,12 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from lab.build import LabPaths
+from tests.fixtures_fake import MEDIC
 
-MEDIC = [sys.executable, "-m", "agent.cli"]
 ROOT = Path(__file__).resolve().parents[1]
 PANEL_DURING_LOAD = re.compile(r"launch 2 of 12 \(target\) · phase (starting|importing|loading) for [\dhms. ]+, "
                                r"load ETA (\d+(\.\d)?s|\d+m \d\ds)")
@@ -52,7 +51,7 @@ def test_the_panel_in_a_terminal_and_the_same_session_through_a_pipe(private_lab
     try:
         deadline = time.monotonic() + SESSION_TIMEOUT
         while not (home / "sessions" / "term" / "config.json").exists():
-            assert time.monotonic() < deadline, tmux(socket, "capture-pane", "-p")
+            assert time.monotonic() < deadline and not rc_file.exists(), tmux(socket, "capture-pane", "-p")
             time.sleep(0.2)
         # another process follows it; stdout and stderr are pipes: plain lines
         watcher = subprocess.Popen([*MEDIC, "watch", "term"], env={**env, "COLUMNS": "60"}, cwd=tmp_path,
