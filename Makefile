@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 APT_PKGS := openssh-server chromium tmux
 
-.PHONY: demo test check lint typecheck system-deps lab lab-variants clean-sessions
+.PHONY: demo test check lint typecheck system-deps lab lab-variants clean-sessions slurm-up slurm-down
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -36,9 +36,16 @@ demo: lab
 lab-variants: lab
 	$(BIN)/medic lab build --vllm 0.18.1 --speculators 0.3.0
 
-# pytest's exit 5 (no test collected) is a failure here, never a pass.
-test: $(STAMP) system-deps lab lab-variants
-	@$(BIN)/python -m pytest -q; code=$$?; \
+# A one-node Slurm cluster on 127.0.0.1 (slurmctld, slurmd, munge; installed when missing) for the scheduler tests.
+slurm-up:
+	lab/slurm_up.sh
+
+slurm-down:
+	lab/slurm_down.sh
+
+# pytest's exit 5 (no test collected) is a failure here, never a pass. Slurm is stopped whatever pytest did.
+test: $(STAMP) system-deps lab lab-variants slurm-up
+	@$(BIN)/python -m pytest -q; code=$$?; lab/slurm_down.sh; \
 	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
 
 lint: $(STAMP)

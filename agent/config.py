@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent.scheduler import SlurmSettings
+
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -72,6 +74,7 @@ class SessionConfig(BaseModel):
     llm: dict[str, str] | None = None  # LLM settings (agent/llm/chat.py); secrets come from the environment
     policy_file: str | None = None
     notify: str | None = None  # a shell command told when the session waits for a person, ends or stops
+    slurm: SlurmSettings | None = None  # None: detached processes on the host; else Slurm jobs submitted there
     # a fresh session reusing an old id must not inherit its host-side ledger (launches, patches)
     instance: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])
 

@@ -14,6 +14,8 @@ EventKind = Literal[
     "scan", "canary",
     # launches
     "launch", "phase", "check", "run_end",
+    # a Slurm job's scheduler: why it waits, a resubmit after a transient end, a shard verified
+    "scheduler", "resubmit", "shard",
     # faults and their remedies (one path, whoever found the fault)
     "fault", "candidate", "no_repair", "approval", "approval_answer", "approval_refused", "policy",
     "applied", "patch_refused", "reverted", "host_step",

@@ -7,12 +7,14 @@
     diagnose ─(the same fault again)─► revert;  approve ─(rejected)─► repair;  apply ─(refused)─► repair
     verify ─(checks ok)─► [confirm] ─► launch;  verify ─(a check failed)─► revert
     verify ─(a budget spent)─► budget_stop ─► report;  confirm ─(not confirmed)─► report
-    validate ─(wrong output)─► repair;  validate ─(the canary passed)─► launch
+    validate ─(wrong output)─► repair;  validate ─(the canary or a shard passed)─► launch
+    watch ─(Slurm: node failure, preemption)─► resubmit ─► launch;  resubmit ─(resubmits spent)─► report
     repair ─(nothing left for a scan fault)─► scan;  repair ─(nothing left)─► report
 
 Every fault goes through the one repair → [approve/policy] → apply → verify → revert path, whoever found it
-(scan, canary, crash, validator); ``[x]`` is a node a router may skip. tests/test_graph_shape.py holds this
-drawing and the compiled graph's edges to each other.
+(scan, canary, crash, validator); ``[x]`` is a node a router may skip. A Slurm job's deterministic ends (time
+limit, out of memory, cancelled by someone else, never starts) are faults for diagnose like a crash.
+tests/test_graph_shape.py holds this drawing and the compiled graph's edges to each other.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from agent.nodes.launch import launch, on_canary, target_launches, watch
 from agent.nodes.patching import apply, predicted, proposal_of, repair, revert, verify, verify_passed
 from agent.nodes.preflight import preflight
 from agent.nodes.report import report
+from agent.nodes.resubmit import resubmit
 from agent.nodes.scan import scan
+from agent.nodes.slurm_launch import transient
 from agent.nodes.validate import validate
 from agent.state import SessionState
 
@@ -44,8 +48,10 @@ def after_scan(state: SessionState) -> Literal["repair", "launch"]:
     return "launch" if state.get("scan_done") else "repair"
 
 
-def after_watch(state: SessionState) -> Literal["validate", "revert", "diagnose"]:
+def after_watch(state: SessionState) -> Literal["validate", "revert", "diagnose", "resubmit"]:
     outcome = str((state.get("run") or {}).get("outcome") or "")
+    if transient(state.get("run") or {}):
+        return "resubmit"  # the scheduler's fault, not the job's: the same job again, no patch
     if outcome.startswith("stopped:check failed"):
         return "revert"
     if outcome == "exited":
@@ -57,6 +63,10 @@ def after_diagnose(state: SessionState) -> Literal["revert", "repair"]:
     faults = state.get("faults") or []
     # the same fault right after a patch: that patch did not cure it
     return "revert" if faults and faults[-1].get("repeated") and state.get("patches") else "repair"
+
+
+def after_resubmit(state: SessionState) -> Literal["launch", "report"]:
+    return "report" if state.get("outcome") else "launch"
 
 
 def after_validate(state: SessionState) -> Literal["report", "repair", "launch"]:
@@ -152,7 +162,7 @@ def build_graph(deps: Deps, checkpointer: Any = None) -> Any:
     for name, node in {
         "preflight": preflight, "scan": scan, "launch": launch, "watch": watch, "diagnose": diagnose, "repair": repair,
         "approve": approve, "apply": apply, "verify": verify, "revert": revert, "validate": validate,
-        "confirm": confirm, "budget_stop": budget_stop, "report": report,
+        "confirm": confirm, "budget_stop": budget_stop, "report": report, "resubmit": resubmit,
     }.items():
         graph.add_node(name, partial(node, deps=deps))
     graph.add_edge(START, "preflight")
@@ -163,6 +173,7 @@ def build_graph(deps: Deps, checkpointer: Any = None) -> Any:
     graph.add_conditional_edges("diagnose", after_diagnose)
     graph.add_edge("revert", "repair")
     graph.add_conditional_edges("validate", after_validate)
+    graph.add_conditional_edges("resubmit", after_resubmit)
     graph.add_conditional_edges("repair", partial(after_repair, deps=deps), routes(after_repair))
     graph.add_conditional_edges("approve", after_approve)
     graph.add_conditional_edges("apply", after_apply)

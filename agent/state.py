@@ -143,6 +143,12 @@ class LaunchRecord(TypedDict, total=False):
     load_seconds: float | None
     checks_during_load: list[CheckResult]
     failed_patch: str | None  # the patch whose during-load check failed and stopped this launch
+    job_id: str  # the Slurm job (agent/nodes/slurm_launch.py); absent for a detached run
+    shards: list[int]  # the array's task ids this launch ran (a sharded session)
+    shard_states: dict[str, str]  # shard -> Slurm state at the end ("COMPLETED", "FAILED", "TIMEOUT", …)
+    scheduler_state: str  # the state that decided the outcome (the worst of the shards')
+    scheduler_reason: str
+    failed_shard: int | None  # the shard whose log diagnose reads
 
 
 class SessionState(TypedDict, total=False):
@@ -202,3 +208,9 @@ class SessionState(TypedDict, total=False):
 
     validation: ValidationReport | None
     """The last validator report (per-layer errors, problems)."""
+
+    verified_shards: list[int]
+    """A sharded session: the shards whose output is verified (never run again)."""
+
+    resubmits: int
+    """Slurm jobs resubmitted as they were after a transient end (node failure, preemption)."""

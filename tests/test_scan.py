@@ -106,3 +106,20 @@ def test_code_that_already_handles_the_drift_is_left_alone(speculators_copy, tmp
     caller.write_text(CALLER.replace("self.embed_input_ids(", "self.get_input_embeddings("))
     [fault] = grafted_member_drift(ctx, sources(caller))
     assert "'LlamaModel' object has no attribute 'get_input_embeddings'" in fault.summary
+
+
+def test_each_rule_finds_only_the_kinds_the_registry_pairs_with_it(speculators_copy) -> None:
+    """The drift registry is true: every finding a detector makes is of a kind it declares, and the paired
+    repairs (and only they) are what the engine asks for it — the test above shows they fix it."""
+    from agent.repair.registry import DRIFTS, PLAYBOOKS, REPAIRS, repairs_for
+
+    ctx, site = speculators_copy
+    found = {d.detect.__name__: d.detect(ctx, sources(site / GEN, site / WORKER)) for d in DRIFTS}
+    for drift in DRIFTS:
+        assert all(f.finding is not None and f.finding.kind in drift.finds for f in found[drift.detect.__name__])
+        assert set(drift.repaired_by) <= {name for name, _ in REPAIRS} | {PLAYBOOKS}
+    kinds = [k for d in DRIFTS for k in d.finds]
+    assert len(kinds) == len(set(kinds)), "a finding kind belongs to one detector"
+    seen = {f.finding.kind for faults in found.values() for f in faults if f.finding}
+    assert {"protocol_step", "return_shape", "device_call", "grafted_member"} <= seen
+    assert repairs_for("grafted_member") == ("renamed_member",)

@@ -156,3 +156,27 @@ def test_the_check_ships_with_medic() -> None:
     """Package data of medic's own package, read the way an installed wheel reads it."""
     script = resources.files("tools").joinpath("output_check.py").read_text(encoding="utf-8")
     compile(script, "output_check.py", "exec")
+
+
+def test_an_output_older_than_the_launch_is_never_verified(tmp_path: Path) -> None:
+    """A job that exits 0 without writing leaves the last run's file (the canary's, say): even a validator that
+    passes it is not asked, and the fault says why. Both times are the host's (output mtime vs the run's pid)."""
+    import os
+    import time
+
+    out = tmp_path / "work" / "out.pt"
+    out.parent.mkdir()
+    out.write_bytes(b"the canary's output")
+    os.utime(out, (time.time() - 600, time.time() - 600))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "pid").write_text("1234")
+    deps = deps_for(tmp_path, sys.executable, ["python", "extract.py", "--out", str(out)],
+                    validate_command=["python", "-c", "print('all good')"])
+    state = {**target_state(), "run": {"n": 2, "kind": "target", "run_dir": str(run_dir)}}
+    got = validate(state, deps)  # type: ignore[arg-type]
+    assert got.get("outcome") is None, got.get("outcome_detail")
+    fault = fault_from_dict(got["fault"])
+    assert fault.message.startswith(f"the job exited 0 but did not write its output: {out} is older"), fault.message
+    out.write_bytes(b"this launch's output")  # written after the pid file: the validator is asked, and passes
+    assert validate(state, deps)["outcome"] == "verified"  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ tokenizer files; it shrinks widths to a head_dim every attention backend support
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from tools.errors import RunError
@@ -59,5 +60,9 @@ def build_canary(host: Host, python: str, model_dir: str, out_dir: str, *, timeo
 
 
 def swap_model(command: list[str], model_dir: str, canary_dir: str) -> list[str]:
-    """The same command, pointed at the canary: every argument that names the model dir."""
-    return [arg.replace(model_dir, canary_dir) if model_dir in arg else arg for arg in command]
+    """The same command, pointed at the canary: every argument that names the model dir as a path — the whole
+    argument, an ``--opt=DIR`` value, a list item or a path under it. A relative name (``model``) is also a word
+    inside option names (``--model``), so a bare substring never counts."""
+    folder = model_dir.rstrip("/") or model_dir
+    path = re.compile(r"(?:^|(?<=[=,:]))" + re.escape(folder) + r"(?=$|[/,:])")
+    return [path.sub(lambda _: canary_dir, arg) for arg in command]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -97,7 +97,7 @@ def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str,
                         found_model)
 
 
-def evidence_lines(report: dict[str, Any], stdout: str, stderr: str) -> list[str]:
+def evidence_lines(report: Mapping[str, Any], stdout: str, stderr: str) -> list[str]:
     """The validator's output, the lines that say what failed first."""
     problems = [str(p).strip() for p in report.get("problems") or [] if str(p).strip()]
     lines = [line.strip() for line in (stderr + "\n" + stdout).splitlines()

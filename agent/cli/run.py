@@ -94,6 +94,14 @@ def run(
     patch_root: Annotated[list[str] | None, typer.Option("--patch-root", help="a folder medic may patch beyond "
                                                          "the env's own site-packages and --workdir (repeatable)")
                           ] = None,
+    scheduler: Annotated[str, typer.Option(help="detached (a process on the host) or slurm (sbatch there)")
+                         ] = "detached",
+    partition: Annotated[str | None, typer.Option(help="Slurm partition for the job")] = None,
+    sbatch_arg: Annotated[list[str] | None, typer.Option("--sbatch-arg", help="passed to sbatch as given, e.g. "
+                                                         "--sbatch-arg=--time=2:00:00 (repeatable)")] = None,
+    shards: Annotated[int, typer.Option(help="a Slurm job array of N shards; {shard} in the command (and "
+                                        "--validate) and $MEDIC_SHARD are the shard's index")] = 1,
+    lead_shard: Annotated[bool, typer.Option(help="until one shard is verified, run only one")] = True,
     notify: Annotated[str | None, typer.Option(help=NOTIFY_HELP)] = None,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
@@ -129,8 +137,12 @@ def run(
 
         load_policy(policy)  # a bad file fails here, in one line, not inside the graph
         config = config.model_copy(update={"policy_file": str(policy.resolve())})
+    config = with_scheduler(config, scheduler, partition, sbatch_arg or [], shards, lead_shard)
     require_new(config)
     connected = connect_checked(config)  # bad input (no such python, workdir or host) fails before anything is saved
+    if config.slurm is not None and not connected.run("command -v sbatch", timeout=30).ok:
+        connected.close()
+        raise UsageError(f"--scheduler slurm: no sbatch on {connected.name}'s PATH")
     save_config(config)
     console.print(f"session [bold]{config.session_id}[/] — trace {Path(traces) / (config.session_id + '.jsonl')}")
     finish(config, drive(config, lambda view: run_session(config, host=connected, view=view)), postmortem)
@@ -182,3 +194,20 @@ def revert(session: str) -> None:
         count = revert_all(host, config.ledger_dir,
                            lambda r: console.print(f"reverted {r.patch_id}: {', '.join(r.files)}"))
     console.print(f"{count} patch(es) of session {session} reverted")
+
+
+def with_scheduler(config: SessionConfig, scheduler: str, partition: str | None, sbatch_args: list[str],
+                   shards: int, lead_shard: bool) -> SessionConfig:
+    """The --scheduler options, checked together: Slurm's only mean something with --scheduler slurm."""
+    from agent.scheduler import SlurmSettings
+
+    if scheduler not in ("detached", "slurm"):
+        raise UsageError(f"--scheduler is detached or slurm, not {scheduler!r}")
+    if scheduler == "detached":
+        if partition or sbatch_args or shards != 1:
+            raise UsageError("--partition, --sbatch-arg and --shards need --scheduler slurm")
+        return config
+    if shards < 1:
+        raise UsageError(f"--shards is a count of shards (1 or more), not {shards}")
+    slurm = SlurmSettings(partition=partition, sbatch_args=sbatch_args, shards=shards, lead_shard=lead_shard)
+    return config.model_copy(update={"slurm": slurm})

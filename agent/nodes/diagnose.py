@@ -51,6 +51,10 @@ def fault_from_log(data: bytes, stage: str = "crash") -> Fault:
 def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
     record = state.get("run") or {}
     fault = fault_from_log(read_log(deps, record), stage="canary" if record.get("kind") == "canary" else "crash")
+    if str(record.get("outcome") or "").startswith("scheduler:"):  # Slurm ended it: that is the fault, not a frame
+        from agent.nodes.slurm_launch import scheduler_fault
+
+        fault = scheduler_fault(record, fault.log_excerpt)
     # the log is the job's output: it reaches the checkpoint, the report and any prompt only redacted
     red = deps.trace.redactor
     fault = replace(fault, message=red.text(fault.message), log_excerpt=red.text(fault.log_excerpt))

@@ -10,12 +10,14 @@ import contextlib
 import json
 import shlex
 import time
+from dataclasses import replace
 from typing import Any
 
 from agent.checks import ADVISORY, run_check
 from agent.codec import check_from_dict
 from agent.deps import Deps, Settings
 from agent.job import with_interpreter
+from agent.nodes.run_handle import RunHandle, log_path, run_handle
 from agent.remedies import env_edits, job_env, with_unset
 from agent.repair.types import Check
 from agent.state import CheckResult, LaunchRecord, SessionState
@@ -43,6 +45,10 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     ledger = f"{cfg.host_dir}/launches/L{n}.json"
     record: LaunchRecord = {"n": n, "kind": kind, "started": deps.clock(), "exit_code": None, "phases": {},
                             "checks_during_load": []}
+    if cfg.slurm is not None:  # a Slurm job (or array) instead of a detached process
+        from agent.nodes.slurm_launch import launch_job
+
+        return launch_job(state, deps, record, command, base, ledger, substituted(replaced, cfg.target.python))
     earlier = launched_before(deps, base, ledger)
     if earlier:  # launched before medic died: reattach, never launch twice
         record["run_dir"] = earlier
@@ -96,7 +102,7 @@ def launched_before(deps: Deps, base: str, ledger: str) -> str | None:
 
 def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     record: LaunchRecord = dict(state["run"] or {})  # type: ignore[assignment]
-    run = runs.Run.in_dir(record["run_dir"])
+    handle = run_handle(deps, record)
     ctx = deps.context(state)
     owners = [c.get("patch_id") for c in state.get("pending_checks") or []]  # which patch each check proves
     pending = [check_from_dict(c) for c in state.get("pending_checks") or []] + environment_checks(state, deps)
@@ -113,7 +119,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     link_down_since: float | None = None
     while True:
         try:
-            chunk, status, last_status = poll(deps, run, offset, last_status)
+            chunk, status, last_status = poll(deps, handle, offset, last_status)
         except HostUnreachable as err:  # the job is detached: wait for the link, lose nothing (byte offsets)
             now = deps.clock()
             if link_down_since is None:
@@ -155,7 +161,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
             if not ok and check.kind in ADVISORY:
                 deps.record("warning", "watch", {"message": f"{check.describe()}: {detail}"})
             elif not ok:
-                runs.stop(deps.host, run)
+                handle.stop()
                 outcome = f"stopped:check failed: {check.describe()}"
                 record["failed_patch"] = owner
                 break
@@ -169,11 +175,10 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                     results.append(result)
                     deps.record("check", "watch", dict(result))
                 pending = []
-            outcome = "exited" if status.exit_code == 0 else "crashed"
-            record["exit_code"] = status.exit_code
+            outcome = handle.finish(record, status)
             break
         if deps.clock() > deadline:
-            runs.stop(deps.host, run)
+            handle.stop()
             outcome = "timeout"
             break
         time.sleep(deps.poll_interval)
@@ -187,13 +192,14 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
             "verifications": [*(state.get("verifications") or []), *results]}
 
 
-def poll(deps: Deps, run: runs.Run, offset: int, last_status: float) -> tuple[runs.LogChunk, runs.RunStatus, float]:
+def poll(deps: Deps, handle: RunHandle, offset: int, last_status: float
+         ) -> tuple[runs.LogChunk, runs.RunStatus, float]:
     """New log bytes and the run's state. Status costs a whole command over SSH: ask it only when the log is
     quiet and either STATUS_EVERY has passed or the exit file has appeared."""
-    chunk = runs.follow(deps.host, run, offset)
-    if chunk.data or (deps.clock() - last_status < STATUS_EVERY and not deps.host.exists(run.exit)):
+    chunk = handle.follow(offset)
+    if chunk.data or (deps.clock() - last_status < STATUS_EVERY and not handle.ended_hint()):
         return chunk, runs.RunStatus("running"), last_status
-    return chunk, runs.status(deps.host, run), deps.clock()
+    return chunk, handle.status(), deps.clock()
 
 
 def environment_checks(state: SessionState, deps: Settings) -> list[Check]:
@@ -209,8 +215,10 @@ def environment_checks(state: SessionState, deps: Settings) -> list[Check]:
 def end_runs(state: SessionState, deps: Deps) -> None:
     """The session ends: no process of any of its runs may outlive it (one stopped by a failed check, one
     whose wrapper was killed from outside). Each run's wrapper reaps its own on exit; this is for the rest."""
-    folders = [launch_["run_dir"] for launch_ in state.get("launches") or [] if launch_.get("run_dir")]
+    folders = [launch_["run_dir"] for launch_ in state.get("launches") or []
+               if launch_.get("run_dir") and not launch_.get("job_id")]
     try:
+        cancel_jobs(state, deps)
         runs.stop_all(deps.host, [runs.Run.in_dir(folder) for folder in folders])
     except (RunError, HostError) as err:  # the report still gets written; the trace says what may be left
         deps.record("warning", "report", {"message": f"could not make sure every run has ended: {err}"})
@@ -226,6 +234,7 @@ def read_log(deps: Deps, record: LaunchRecord) -> bytes:
     """The run's log for diagnosis: all of it up to MAX_DIAGNOSE_BYTES, else its last MAX_DIAGNOSE_BYTES
     (tracebacks are at the end; a multi-GB log of progress bars must not be read whole)."""
     run = runs.Run.in_dir(record["run_dir"])
+    run = replace(run, log=log_path(record))
     size = (deps.host.stat(run.log) or FileStat(0, 0, 0, False, False)).size
     offset = max(0, size - MAX_DIAGNOSE_BYTES)
     parts: list[bytes] = []
@@ -239,3 +248,14 @@ def read_log(deps: Deps, record: LaunchRecord) -> bytes:
         parts.append(chunk.data)
         offset = chunk.offset
     return b"".join(parts)
+
+
+def cancel_jobs(state: SessionState, deps: Deps) -> None:
+    """A Slurm session ends: none of its jobs stays queued or running."""
+    from tools import slurm
+
+    for launch_ in state.get("launches") or []:
+        if launch_.get("job_id"):
+            job = slurm.SlurmJob(launch_["job_id"], launch_["run_dir"], tuple(launch_.get("shards") or ()))
+            if any(task.active for task in slurm.states(deps.host, job).values()):
+                slurm.cancel(deps.host, job)

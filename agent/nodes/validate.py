@@ -12,29 +12,37 @@ without a report, as argparse and the lab's check do) or one nothing can check l
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from agent.deps import Deps
 from agent.job import with_interpreter
 from agent.nodes.diagnose import record_fault
 from agent.nodes.launch import canary_commands, substituted
 from agent.repair.types import Fault
-from agent.state import SessionState
+from agent.state import SessionState, ValidationReport
 from tools.errors import MedicError
-from tools.validate_output import builtin_check, evidence_lines
+from tools.host import CommandResult, Host
+from tools.runs import Run
+from tools.validate_output import builtin_check, evidence_lines, locate
 
 VALIDATE_TIMEOUT = 1800.0
 CANNOT_READ = 2  # the exit code of a validator that could not read the output (argparse's usage error too)
 
 
 def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
+    if (state.get("run") or {}).get("shards"):  # a Slurm job array: each shard's output on its own
+        from agent.nodes.shard_validate import validate_shards
+
+        return validate_shards(state, deps, validate)
     target = deps.config.target
     canary = (state.get("run") or {}).get("kind") == "canary"
     run_command, given = canary_commands(state, deps) if canary else (target.command, target.validate_command)
     stdin, replaced, described = None, None, ""
     if given:  # the validator runs in the target env too: `python verify.py` means --python
         command, replaced = with_interpreter(given, target.python)
-        described = f"`{' '.join(command)}`"  # whole: people read it shortened (agent/people.py), not cut
+        described = f"`{' '.join(command)}`"  # whole: people read it shortened (agent/record/people.py), not cut
+        output = locate(deps.host, run_command or target.command, target.workdir,
+                        output=None if canary else target.output)[0]
     else:
         own = builtin_check(deps.host, target.python, run_command or target.command, target.workdir,
                             output=None if canary else target.output, model_dir=None if canary else target.model_dir)
@@ -42,9 +50,13 @@ def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
             detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
             deps.record("validate", "validate", {"summary": detail, "verified": False})
             return {"outcome": "unverified", "outcome_detail": detail}
-        command, stdin, described = own.argv, own.stdin, own.describe()
-    result = deps.host.run(command, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=target.env, stdin=stdin)
-    report = parse_report(result.stdout)
+        command, stdin, described, output = own.argv, own.stdin, own.describe(), own.output
+    older = stale_output(deps.host, output, (state.get("run") or {}).get("run_dir"))
+    if older:  # a run that exits 0 without writing leaves the last run's file (the canary's, say): not this one's
+        result, report = CommandResult(1, "", older, 0.0), ValidationReport(verified=False, problems=[older])
+    else:
+        result = deps.host.run(command, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=target.env, stdin=stdin)
+        report = parse_report(result.stdout)
     verified = result.exit_code == 0 and report.get("verified", True) is True
     evidence = evidence_lines(report, result.stdout, result.stderr) or [f"the validator exited {result.exit_code}"]
     summary = ((f"verified by {described}: {report['sequences']} sequences, per-layer max abs error "
@@ -72,6 +84,18 @@ def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
     return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
 
 
+def stale_output(host: Host, output: str | None, run_dir: str | None) -> str | None:
+    """Why ``output`` cannot be this launch's, or None. Both times are the host's own (its clock may differ from
+    medic's): the output's mtime against the run's pid file, written as the job started."""
+    if not output or not run_dir:
+        return None
+    written, started = host.stat(output), host.stat(Run.in_dir(run_dir).pid)
+    if written is None or started is None or written.mtime >= started.mtime:
+        return None
+    return (f"the job exited 0 but did not write its output: {output} is older than this launch "
+            f"({started.mtime - written.mtime:.0f}s before it started)")
+
+
 def reached_files(state: SessionState, deps: Deps) -> tuple[str, ...]:
     """The fixable files the driver reaches (the scan's list): where a repair of a wrong output looks."""
     from agent.nodes.scan import driver_of
@@ -83,14 +107,14 @@ def reached_files(state: SessionState, deps: Deps) -> tuple[str, ...]:
         return ()
 
 
-def parse_report(stdout: str) -> dict[str, Any]:
+def parse_report(stdout: str) -> ValidationReport:
     for line in reversed(stdout.strip().splitlines()):
         if line.startswith("{"):
             try:
                 data = json.loads(line)
             except ValueError:
                 return {}
-            return data if isinstance(data, dict) else {}
+            return cast(ValidationReport, data) if isinstance(data, dict) else {}  # a validator's own JSON
     return {}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.job import script_argument
 from agent.record.people import Shortener, for_people, without_subject
+from agent.record.postmortem_shards import shard_lines
 from agent.record.report import human_numbers, human_seconds
 from agent.record.tracefile import Trace, read_trace
 from tools.tracebacks import MAX_SUMMARY_CHARS, message_line
@@ -283,6 +284,7 @@ def postmortem_markdown(trace: Trace) -> str:
                 f"{', reattached' if launch.reattached else ''})"
         out.append(f"| {label} | +{human_seconds(launch.start)} | {human_seconds(launch.seconds)} | {phases} | "
                    f"{_cell(launch.outcome)} | {faults} | {after} |")
+    out += shard_lines(trace)  # a Slurm session: its jobs and shards
     out += ["", "## Faults", "", s.caught_counts(), ""]
     for f in s.faults:
         where = f" at `{sh.text(f.frames[-1])}`" if f.frames else ""

@@ -36,6 +36,7 @@ from agent.codec import check_from_dict
 from agent.config import SessionConfig
 from agent.nodes.launch import environment_checks, load_seconds
 from agent.nodes.patching import queue_checks, revert_index
+from agent.nodes.shard_validate import replay_shard
 from agent.record.report import render_report
 from agent.record.tracefile import Event, Trace, read_trace
 from agent.state import (
@@ -55,7 +56,7 @@ from tools.errors import TraceError
 NODE_OF = {"launch": "launch", "scan": "scan", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",
            "approval": "approve", "policy": "approve", "applied": "apply", "patch_refused": "apply",
            "reverted": "revert", "confirm": "confirm",
-           "validate": "validate", "exit": "report"}
+           "validate": "validate", "resubmit": "resubmit", "exit": "report"}
 # a node that may record nothing: the trace then shows what came after it
 SILENT = {"verify": ("scan", "launch", "confirm", "revert", "report"), "budget_stop": ("report",)}
 
@@ -167,7 +168,11 @@ class _Replay:
             pending = [c for c in s.get("pending_checks", []) if c.get("patch_id") != d.get("patch_id")]
             s.update({"patches": patches, "tried": [*s.get("tried", []), str(d.get("patch_id"))], "proposal": None,
                       "pending_checks": pending})
-        elif ev.kind == "validate":
+        elif ev.kind == "shard":  # a sharded session: the last shard's verdict of a pass decides
+            previous = self.trace.events[i - 1] if i else None
+            if replay_shard(s, d, rest, after_fault=previous is not None and previous.kind == "fault"):
+                self.expect(ev, "after_validate", graph.after_validate(s), rest)
+        elif ev.kind == "validate" and not (rest and rest[0].kind == "shard"):
             nxt = rest[0] if rest else None
             wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
             if d.get("verified") and nxt is not None and nxt.kind == "canary_passed":

@@ -81,7 +81,14 @@ class View:
         return {
             "preflight": f"[bold]preflight[/] {s('summary')}",
             "scan": f"[bold]scan[/] {s('summary')}",
-            "launch": f"[bold]launch {s('n')}[/] ({s('kind')}) {s('run_dir')}",
+            "launch": f"[bold]launch {s('n')}[/] ({s('kind')}) "
+                      + (f"Slurm job {s('job_id')}" + (f" shards {s('shards')}" if data.get("shards") else "") + " "
+                         if data.get("job_id") else "") + s("run_dir"),
+            "scheduler": f"  Slurm job {s('job_id')}: {s('state')} ({s('reason')})",
+            "resubmit": (f"[red]Slurm ended the job {s('state')} again[/]: resubmits spent" if data.get("given_up")
+                         else f"[yellow]resubmit[/] after {s('state')} (no patch), in {s('backoff')}s"),
+            "shard": f"  shard {s('shard')} of {s('of')}: "
+                     + ("[green]verified[/]" if data.get("verified") else "[red]NOT verified[/]"),
             "candidate": f"  [yellow]candidate[/] {s('origin')}: {s('rationale')}",
             "reverted": f"[yellow]reverted[/] {s('patch_id')}: {s('why')}",
             "patch_refused": f"  [yellow]refused[/] {s('patch_id')}: {s('why')}",

@@ -23,9 +23,8 @@ from agent.repair.context import (
 from agent.repair.edits import Source, assignment_before, callee_name, replace_span
 from agent.repair.types import Candidate, Fault, RepairContext
 
-SHAPE_DRIFT = "returns a single value in the installed library, not a list"  # the scan's finding (agent/scan_rules)
-SHAPE_SYMPTOMS = (
-    SHAPE_DRIFT,
+SHAPE_DRIFT = "returns a single value in the installed library, not a list"  # how the scan words it for people
+SHAPE_SYMPTOMS = (  # what Python says when a run indexes a single value as if it were a list
     "Boolean value of Tensor with more than one value is ambiguous",
     "The truth value of an array with more than one element is ambiguous",
     "object is not subscriptable",
@@ -36,7 +35,8 @@ MUST_CALL = re.compile(r"(?P<next>\w+)\(\) must be called after (?P<prev>\w+)\(\
 
 
 def changed_return_shape(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    if not any(symptom in fault.message for symptom in SHAPE_SYMPTOMS):
+    seen = fault.finding.kind == "return_shape" if fault.finding else any(s in fault.message for s in SHAPE_SYMPTOMS)
+    if not seen:
         return []
     for frame in fixable_frames(ctx, fault):
         src = read_source(ctx, frame.file)

@@ -40,10 +40,14 @@ def positional_arity(sig: src_tools.Signature | None) -> tuple[int, int] | None:
 
 
 def renamed_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    match = NO_ATTRIBUTE.search(fault.message)
-    if not match:
+    if fault.finding is not None:  # the scan says which class lacks which member: no message to read
+        if fault.finding.kind != "grafted_member":
+            return []
+        cls, old = fault.finding.callee, fault.finding.name
+    elif match := NO_ATTRIBUTE.search(fault.message):
+        cls, old = match["cls"], match["attr"]
+    else:
         return []
-    cls, old = match["cls"], match["attr"]
     for frame in fixable_frames(ctx, fault):
         src = read_source(ctx, frame.file)
         if src is None or f".{old}" not in src.line(frame.line):

@@ -7,25 +7,10 @@ by the caller, so a rejected or failed patch makes way for the next one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from agent.repair import derived_calls, derived_dataflow, derived_env, derived_members
 from agent.repair.playbooks import Playbook, load_playbooks, playbook_candidates
+from agent.repair.registry import PLAYBOOKS, REPAIRS, Repair, repairs_for
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.errors import MedicError
-
-Repair = Callable[[RepairContext, Fault], list[Candidate]]
-
-# Order matters only among repairs that match the same fault; most match one kind of message each.
-DERIVED: tuple[tuple[str, Repair], ...] = (
-    ("unexpected_kwarg", derived_calls.unexpected_keyword),
-    ("missing_argument", derived_calls.missing_argument),
-    ("renamed_member", derived_members.renamed_member),
-    ("moved_import", derived_members.moved_import),
-    ("changed_return_shape", derived_dataflow.changed_return_shape),
-    ("protocol_step", derived_dataflow.mandatory_protocol_step),
-    ("environment", derived_env.environment_remedy),
-)
 
 
 class RepairEngine:
@@ -38,8 +23,11 @@ class RepairEngine:
         self.notes = []
         found: list[Candidate] = []
         sources: list[tuple[str, Repair]] = [
-            ("playbooks", lambda c, f: playbook_candidates(c, f, self.playbooks)), *DERIVED
+            (PLAYBOOKS, lambda c, f: playbook_candidates(c, f, self.playbooks)), *REPAIRS
         ]
+        if fault.finding is not None:  # a scan finding goes to the repairs the registry pairs with its detector
+            paired = repairs_for(fault.finding.kind)
+            sources = [(name, repair) for name, repair in sources if name in paired]
         for name, repair in sources:
             try:
                 found.extend(repair(ctx, fault))

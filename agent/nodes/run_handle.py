@@ -1,0 +1,60 @@
+"""One interface for watch over how a launch runs: a detached process on the host (tools/runs.py) or a Slurm job
+(agent/nodes/slurm_launch.py). Follow the log by offset, ask the state, stop it, and say how it ended."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from agent.deps import Deps
+from agent.state import LaunchRecord
+from tools import runs
+
+
+class RunHandle(Protocol):
+    def follow(self, offset: int) -> runs.LogChunk: ...
+
+    def ended_hint(self) -> bool: ...  # cheap: has it (or its lead shard) written its exit code?
+
+    def status(self) -> runs.RunStatus: ...
+
+    def stop(self) -> None: ...
+
+    def finish(self, record: LaunchRecord, status: runs.RunStatus) -> str: ...
+
+
+class DetachedHandle:
+    def __init__(self, deps: Deps, record: LaunchRecord) -> None:
+        self.deps, self.run = deps, runs.Run.in_dir(record["run_dir"])
+
+    def follow(self, offset: int) -> runs.LogChunk:
+        return runs.follow(self.deps.host, self.run, offset)
+
+    def ended_hint(self) -> bool:
+        return self.deps.host.exists(self.run.exit)
+
+    def status(self) -> runs.RunStatus:
+        return runs.status(self.deps.host, self.run)
+
+    def stop(self) -> None:
+        runs.stop(self.deps.host, self.run)
+
+    def finish(self, record: LaunchRecord, status: runs.RunStatus) -> str:
+        record["exit_code"] = status.exit_code
+        return "exited" if status.exit_code == 0 else "crashed"
+
+
+def run_handle(deps: Deps, record: LaunchRecord) -> RunHandle:
+    if record.get("job_id"):
+        from agent.nodes.slurm_launch import SlurmHandle
+
+        return SlurmHandle(deps, record)
+    return DetachedHandle(deps, record)
+
+
+def log_path(record: LaunchRecord) -> str:
+    """The log diagnose reads: the run's, or the failed (else the first) shard's of a Slurm job."""
+    folder = record["run_dir"].rstrip("/")
+    if not record.get("job_id") or not record.get("shards"):
+        return f"{folder}/log"
+    shard = record.get("failed_shard")
+    return f"{folder}/log.{shard if shard is not None else record['shards'][0]}"

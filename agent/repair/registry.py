@@ -1,0 +1,66 @@
+"""The drift registry: each before-launch detector beside the repairs its findings feed.
+
+A detector reads the caller's code against the installed library and returns faults that carry a structured
+``Finding`` (callee, keyword, member…); the repairs paired with the finding's kind derive the patch from the
+same library, reading the finding, not a sentence. ``REPAIRS`` is every derived repair in the engine's order:
+the ones no detector feeds (a moved import) answer faults that only a run shows.
+
+    detector (agent/repair/scan_*.py)        finds                                 repaired by
+    environment_drift                        environment                           environment
+    signature_drift                          unexpected_kwarg, missing_argument    unexpected_kwarg, missing_argument
+    protocol_drift                           protocol_step                         protocol_step
+    shape_drift                              return_shape                          changed_return_shape
+    device_drift                             device_call                           playbooks (a known signature)
+    grafted_member_drift                     grafted_member                        renamed_member
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.repair import derived_calls, derived_dataflow, derived_env, derived_members
+from agent.repair.edits import Source
+from agent.repair.scan_env import environment_drift
+from agent.repair.scan_members import grafted_member_drift
+from agent.repair.scan_rules import device_drift, protocol_drift, shape_drift
+from agent.repair.scan_signatures import signature_drift
+from agent.repair.types import Candidate, Fault, FindingKind, RepairContext
+
+Detector = Callable[[RepairContext, list[Source]], list[Fault]]
+Repair = Callable[[RepairContext, Fault], list[Candidate]]
+
+# Order matters only among repairs that match the same fault; most match one kind of message each.
+REPAIRS: tuple[tuple[str, Repair], ...] = (
+    ("unexpected_kwarg", derived_calls.unexpected_keyword),
+    ("missing_argument", derived_calls.missing_argument),
+    ("renamed_member", derived_members.renamed_member),
+    ("moved_import", derived_members.moved_import),
+    ("changed_return_shape", derived_dataflow.changed_return_shape),
+    ("protocol_step", derived_dataflow.mandatory_protocol_step),
+    ("environment", derived_env.environment_remedy),
+)
+PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
+
+
+@dataclass(frozen=True)
+class Drift:
+    detect: Detector
+    finds: tuple[FindingKind, ...]
+    repaired_by: tuple[str, ...]  # names in REPAIRS, or PLAYBOOKS
+
+
+# The environment first: a library the host lacks is a host step, and a person should hear of it at once.
+DRIFTS: tuple[Drift, ...] = (
+    Drift(environment_drift, ("environment",), ("environment",)),
+    Drift(signature_drift, ("unexpected_kwarg", "missing_argument"), ("unexpected_kwarg", "missing_argument")),
+    Drift(protocol_drift, ("protocol_step",), ("protocol_step",)),
+    Drift(shape_drift, ("return_shape",), ("changed_return_shape",)),
+    Drift(device_drift, ("device_call",), (PLAYBOOKS,)),
+    Drift(grafted_member_drift, ("grafted_member",), ("renamed_member",)),
+)
+
+
+def repairs_for(kind: FindingKind) -> tuple[str, ...]:
+    """The repairs a finding of this kind goes to (the engine asks only these for a scan fault)."""
+    return next(d.repaired_by for d in DRIFTS if kind in d.finds)

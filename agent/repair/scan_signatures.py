@@ -1,0 +1,57 @@
+"""The scan's signature detector: calls to names imported from a library, against the INSTALLED signature —
+unexpected keywords and missing required arguments (a dataclass or pydantic field without a default counts)."""
+
+from __future__ import annotations
+
+import ast
+
+from agent.repair.edits import Source, callee_name
+from agent.repair.types import Fault, Finding, FrameRef, RepairContext
+from tools import source as src_tools
+from tools.errors import MedicError
+
+
+def signature_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
+    faults: list[Fault] = []
+    for src in sources:
+        for call in (n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
+            name = callee_name(call)
+            module = src.imported_from(name or "")
+            if not name or not module or module.split(".")[0] not in ctx.api_packages(src.path):
+                continue
+            key = f"signature:{module}:{name}"
+            if key not in ctx.memo:
+                try:
+                    ctx.memo[key] = src_tools.signature(ctx.host, ctx.python, f"{module}:{name}")
+                except MedicError:
+                    ctx.memo[key] = None
+            if ctx.memo[key] is not None:
+                faults += drift_at(src, call, name, ctx.memo[key])
+    return faults
+
+
+def drift_at(src: Source, call: ast.Call, name: str, sig: src_tools.Signature) -> list[Fault]:
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return []  # *args / **kwargs at the call: cannot tell statically
+    func = src.enclosing_function(call.lineno)
+    frame = FrameRef(src.path, call.lineno, func.name if func else "<module>", src.line(call.lineno).strip())
+    params = [p for p in sig.params if p.name not in ("self", "cls")]
+    names = {p.name for p in params}
+    takes_any = any(p.kind == "var_keyword" for p in params)
+    found: list[Fault] = []
+    for kw in call.keywords:
+        if kw.arg and kw.arg not in names and not takes_any:
+            found.append(Fault("scan", "TypeError", f"{name}() got an unexpected keyword argument '{kw.arg}'",
+                               (frame,), fingerprint=f"scan:{name}:{kw.arg}",
+                               finding=Finding("unexpected_kwarg", callee=name, name=kw.arg)))
+    positional = [p for p in params if p.kind in ("positional_only", "positional_or_keyword")]
+    if any(p.kind == "var_positional" for p in params):
+        return found
+    given = {p.name for p in positional[: len(call.args)]} | {k.arg for k in call.keywords if k.arg}
+    missing = [p.name for p in params if not p.has_default and p.kind not in ("var_positional", "var_keyword")
+               and p.name not in given]
+    for param in missing:
+        found.append(Fault("scan", "TypeError", f"{name}() missing 1 required positional argument: '{param}'",
+                           (frame,), fingerprint=f"scan:{name}:{param}",
+                           finding=Finding("missing_argument", callee=name, name=param)))
+    return found

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Prepare HERE everything medic's GPU run needs on the H200 (no network there), in pieces the device tool
+# carries: each call sends the checkout it was started in (CARRY_REPO) plus the paths named in `carry`, ≤ 64 MiB.
+#
+#   bash bench/gpu/prepare.sh            # idempotent; downloads cached under $GPU_CACHE
+#
+# It writes $CARRY_REPO/.gpu/ (ignored through that repo's .git/info/exclude, never committed):
+#   .gpu/p01 … .gpu/pNN   ≤ 50 MB each: one tar split in pieces (vLLM, its wheels, speculators, medic, the model)
+#   .gpu/run/             device_run.sh, summarize.py, the checksum and piece count
+# and prints the device calls to make, back to back (README.md beside this file).
+#
+# What goes: vLLM 0.20.2 (torch 2.11 / CUDA 13, as the image's torch) unpacked, without its FA2 extension (FA3
+# serves Hopper) as tar.xz; the wheels of its and speculators' needs that the image lacks (bench/gpu/device_has.txt)
+# or holds in versions speculators 0.3.0 cannot import with (FORCE); pristine speculators 0.3.0; medic's wheel
+# from this tree and medic's own dependency wheels (its own venv there: vLLM wants another openai); the lab's
+# tiny model, driver and checker.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+TREE=$(cd "$HERE/../.." && pwd)                            # medic's tree: the wheel is built from here
+CARRY_REPO=${CARRY_REPO:-/work/main}                       # the checkout the device tool sends
+CACHE=${GPU_CACHE:-$HOME/.cache/medic/gpu}
+LAB=${LAB:-$HOME/.cache/medic/lab}
+PY312=${PY312:-$(command -v python3.12 || true)}
+PIECE_BYTES=50000000
+VLLM=0.20.2
+FORCE="transformers==4.57.* huggingface-hub==0.36.* tokenizers==0.22.*"
+SPEC_NEEDS="loguru pydantic-settings datasets accelerate typer-slim httpx[http2]"  # deepspeed: training only
+# big GPU kernel libraries this job never imports (other attention backends, FA4's DSL); xgrammar stays: vLLM's
+# engine core imports it (a class annotation), as the import tried here in the py312 venv showed
+SKIP="vllm flashinfer-cubin flashinfer-python tilelang nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base
+nvidia-cutlass-dsl-libs-cu12 nvidia-cutlass-dsl-libs-core quack-kernels cuda-tile deepspeed tensorboardx z3-solver
+torch-c-dlpack-ext"
+PLATFORM="--only-binary=:all:"
+
+die() { echo "prepare: $*" >&2; exit 1; }
+[ -n "$PY312" ] || die "needs a python3.12 (the device's Python) to resolve and download cp312 wheels"
+[ -d "$CARRY_REPO/.git" ] || [ -f "$CARRY_REPO/.git" ] || die "CARRY_REPO=$CARRY_REPO is not a git checkout"
+[ -d "$LAB/model-tiny" ] || die "no lab model at $LAB/model-tiny (medic lab build)"
+mkdir -p "$CACHE"
+exclude=$(git -C "$CARRY_REPO" rev-parse --git-path info/exclude)
+case $exclude in /*) ;; *) exclude=$CARRY_REPO/$exclude ;; esac
+mkdir -p "$(dirname "$exclude")"
+grep -qxF /.gpu/ "$exclude" 2>/dev/null || echo /.gpu/ >> "$exclude"
+
+# a cp312 venv with the device's torch: pip resolves vLLM's needs against it (and it lets the import be tried here)
+if [ ! -x "$CACHE/py312/bin/python" ] || ! "$CACHE/py312/bin/python" -c 'import torch' 2>/dev/null; then
+    "$PY312" -m venv "$CACHE/py312"
+    "$CACHE/py312/bin/pip" install -q torch==2.11.0
+fi
+PIP="$CACHE/py312/bin/pip"
+
+if ! ls "$CACHE"/vllm/vllm-$VLLM-*.whl >/dev/null 2>&1; then
+    mkdir -p "$CACHE/vllm"
+    "$PIP" download -q --no-deps $PLATFORM -d "$CACHE/vllm" vllm==$VLLM
+fi
+if [ ! -f "$CACHE/vllm-tree.tar.xz" ]; then
+    rm -rf "$CACHE/vllm-tree" && mkdir -p "$CACHE/vllm-tree"
+    (cd "$CACHE/vllm-tree" && unzip -q "$CACHE"/vllm/vllm-$VLLM-*.whl \
+        && rm vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so \
+        && sed -i '\#vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so#d' vllm-$VLLM.dist-info/RECORD)
+    tar -cf - -C "$CACHE/vllm-tree" . | xz -T0 -6 > "$CACHE/vllm-tree.tar.xz.tmp"
+    mv "$CACHE/vllm-tree.tar.xz.tmp" "$CACHE/vllm-tree.tar.xz"
+fi
+spec=$(ls "$LAB"/../labs/*/wheels/speculators-0.3.0-py3-none-any.whl 2>/dev/null | head -1 || true)
+if [ -z "$spec" ]; then
+    mkdir -p "$CACHE/spec" && "$PIP" download -q --no-deps -d "$CACHE/spec" speculators==0.3.0
+    spec=$(ls "$CACHE"/spec/speculators-0.3.0-*.whl)
+fi
+
+# the target's wheels: the resolved closure, less what the image has (unless forced) and the skipped kernels
+if [ ! -f "$CACHE/target-wheels/.done" ]; then
+    # shellcheck disable=SC2086
+    "$PIP" install -q --dry-run --only-binary=:all: --report "$CACHE/target-report.json" \
+        "$CACHE"/vllm/vllm-$VLLM-*.whl "$spec" $FORCE $SPEC_NEEDS torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0
+    "$CACHE/py312/bin/python" - "$CACHE" "$HERE/device_has.txt" "$FORCE" "$SKIP" <<'EOF'
+import json, re, sys
+cache, has_file, force, skip = sys.argv[1:]
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+has = {norm(w) for line in open(has_file) if not line.startswith("#") for w in line.split()}
+forced = {norm(re.split(r"[=<>]", f)[0]) for f in force.split()}
+skipped = {norm(w) for w in skip.split()} | {"torch", "torchvision", "torchaudio", "speculators"}
+report = json.load(open(f"{cache}/target-report.json"))
+want = [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in report["install"]
+        if norm(i["metadata"]["name"]) not in skipped
+        and (norm(i["metadata"]["name"]) not in has or norm(i["metadata"]["name"]) in forced)]
+open(f"{cache}/target-want.txt", "w").write("\n".join(want) + "\n")
+print(f"target wheels: {len(want)}")
+EOF
+    rm -rf "$CACHE/target-wheels" && mkdir -p "$CACHE/target-wheels"
+    "$PIP" download -q --no-deps $PLATFORM -d "$CACHE/target-wheels" -r "$CACHE/target-want.txt"
+    cp "$spec" "$CACHE/target-wheels/"
+    touch "$CACHE/target-wheels/.done"
+fi
+
+# medic: its wheel from this tree (always fresh) and its own needs for cp312
+rm -rf "$CACHE/medic-wheels" && mkdir -p "$CACHE/medic-wheels"
+"$PIP" wheel -q --no-deps -w "$CACHE/medic-wheels" "$TREE"
+"$PIP" download -q $PLATFORM -d "$CACHE/medic-wheels" "$CACHE"/medic-wheels/medic-*.whl
+
+# the bundle: one tar, split into pieces
+B=$CACHE/bundle
+rm -rf "$B" && mkdir -p "$B/job" "$B/run"
+ln "$CACHE/vllm-tree.tar.xz" "$B/vllm-tree.tar.xz" 2>/dev/null || cp "$CACHE/vllm-tree.tar.xz" "$B/"
+cp -r "$CACHE/target-wheels" "$B/target-wheels" && rm -f "$B/target-wheels/.done"
+cp -r "$CACHE/medic-wheels" "$B/medic-wheels"
+cp -r "$LAB/model-tiny" "$B/job/model"
+cp "$TREE/lab/target/extract.py" "$TREE/lab/target/check.py" "$B/job/"
+cp "$HERE/summarize.py" "$B/run/"
+(cd "$B" && find . -type f | sort > MANIFEST)
+C=$CARRY_REPO/.gpu
+rm -rf "$C" && mkdir -p "$C/run" "$C/split"
+tar -cf - -C "$B" . | split -b $PIECE_BYTES -d -a 2 - "$C/split/bundle.tar.part-"
+parts=$(ls "$C"/split | wc -l)
+cat "$C"/split/bundle.tar.part-* | sha256sum | cut -d' ' -f1 > "$C/run/bundle.sha256"
+echo "$parts" > "$C/run/bundle.parts"
+for f in "$C"/split/bundle.tar.part-*; do
+    n=$(printf 'p%02d' $((10#${f##*-} + 1))); mkdir -p "$C/$n"; mv "$f" "$C/$n/"
+done
+rmdir "$C/split"
+cp "$HERE/device_run.sh" "$HERE/summarize.py" "$C/run/"
+cp "$C/run/bundle.sha256" "$C/run/bundle.parts" "$C/p01/"
+echo "prepared $parts piece(s) in $C ($(du -sh "$C" | cut -f1)); the tree that travels: $(git -C "$CARRY_REPO" ls-files -co --exclude-standard -z | du -ch --files0-from=- 2>/dev/null | tail -1 | cut -f1)"
+echo "device calls, back to back (each ≤ 64 MiB):"
+for d in "$C"/p*; do
+    n=$(basename "$d")
+    if [ "$n" = "p$(printf %02d "$parts")" ]; then
+        echo "  carry [.gpu/$n, .gpu/run]: bash .gpu/run/device_run.sh go .gpu/$n"
+    else
+        echo "  carry [.gpu/$n, .gpu/run]: bash .gpu/run/device_run.sh stage .gpu/$n"
+    fi
+done
+echo "  then, if medic is still running: bash .gpu/run/device_run.sh wait (carry nothing)"

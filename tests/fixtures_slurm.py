@@ -1,0 +1,33 @@
+"""A real one-node Slurm cluster on 127.0.0.1 for the tests (lab/slurm_up.sh): the one `make test` started, or
+one this fixture starts and stops again (a single test file run by hand). Never skipped: a cluster that does not
+come up fails the tests with the script's own message."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+LAB = Path(__file__).resolve().parent.parent / "lab"
+
+
+def cluster_up() -> bool:
+    try:
+        answer = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return answer.returncode == 0 and answer.stdout.strip() in ("idle", "mixed", "allocated")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[None]:
+    started = not cluster_up()
+    if started:
+        up = subprocess.run([str(LAB / "slurm_up.sh")], capture_output=True, text=True, timeout=600)
+        if up.returncode != 0:
+            pytest.fail(f"the Slurm cluster did not start: {up.stderr.strip()[-2000:]}", pytrace=False)
+    yield
+    if started:
+        subprocess.run([str(LAB / "slurm_down.sh")], capture_output=True, timeout=120)

@@ -1,0 +1,76 @@
+"""tools/slurm.py against the real one-node Slurm on 127.0.0.1: submit, follow, cancel, arrays, and reading a job
+back from its folder or its name (what a restarted medic does). On this machine and over SSH (the test sshd on
+loopback, as a login node would be): the same commands through the Host seam."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tools import slurm
+from tools.host import Host, LocalHost
+
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
+
+
+def wait_ended(host: Host, job: slurm.SlurmJob, timeout: float = 60.0) -> dict[int | None, slurm.TaskState]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = slurm.states(host, job)
+        if not any(s.active for s in found.values()):
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"job {job.job_id} still active after {timeout}s: {found}")
+
+
+def test_submit_follow_and_cancel_a_running_job(host: Host, tmp_path: Path) -> None:
+    script = "echo start $GREETING; pwd; i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.2; done"
+    name = f"medic-test-follow-{tmp_path.name}-{time.time_ns()}"
+    job = slurm.submit(host, ["sh", "-c", script], run_dir=str(tmp_path / "runs"), job_name=name,
+                       cwd=str(tmp_path), env={"GREETING": "hello"})
+    try:
+        assert slurm.find_by_name(host, name) == job.job_id
+        assert slurm.job_in_dir(host, job.dir) == job  # what a restarted medic reads back
+        offset, text = 0, ""
+        deadline = time.monotonic() + 60
+        while "tick 3" not in text and time.monotonic() < deadline:
+            chunk = slurm.follow(host, job, offset)
+            offset, text = chunk.offset, text + chunk.data.decode()
+            time.sleep(0.2)
+        assert text.startswith(f"start hello\n{tmp_path}\n"), text
+        assert slurm.states(host, job)[None].state == "RUNNING"
+    finally:
+        slurm.cancel(host, job)
+    final = slurm.states(host, job)[None]
+    assert final.state == "CANCELLED" and not final.active
+    exit_file = Path(job.dir) / "exit"  # the wrapper may write the TERMed command's code before its own TERM
+    assert not exit_file.exists() or exit_file.read_text() == "143\n"
+
+
+def test_an_array_runs_each_shard_with_its_index_and_says_which_failed(host: Host, tmp_path: Path) -> None:
+    script = "echo shard=$MEDIC_SHARD of $MEDIC_SHARDS arg={shard}; [ {shard} = 2 ] && exit 3; exit 0"
+    job = slurm.submit(host, ["sh", "-c", script], run_dir=str(tmp_path / "runs"), job_name="medic-test-array",
+                       shards=[0, 2, 3])
+    final = wait_ended(host, job)
+    assert {k: (s.state, s.exit_code) for k, s in final.items()} == {
+        0: ("COMPLETED", 0), 2: ("FAILED", 3), 3: ("COMPLETED", 0)}
+    assert slurm.follow(host, job, 0, shard=2).data == b"shard=2 of 3 arg=2\n"
+    assert (Path(job.dir) / "exit.3").read_text() == "0\n"
+
+
+def test_a_pending_array_line_is_one_state_per_task_and_sacct_lines_map_to_shards() -> None:
+    line = "JobId=7 ArrayJobId=7 ArrayTaskId=1-3,5%2 JobName=x JobState=PENDING Reason=Resources ExitCode=0:0"
+    assert [(s.shard, s.state, s.reason) for s in slurm.parse_scontrol(line)] == [
+        (1, "PENDING", "Resources"), (2, "PENDING", "Resources"), (3, "PENDING", "Resources"),
+        (5, "PENDING", "Resources")]
+    text = "7_1|PENDING|0:0|\n7_1|NODE_FAIL|0:0|\n7_2|CANCELLED by 0|0:15|\n8|COMPLETED|0:0|\n"
+    assert [(s.shard, s.state, s.signal) for s in slurm.parse_sacct(text, "7")] == [
+        (1, "NODE_FAIL", 0), (2, "CANCELLED", 15)]
+
+
+def test_sbatch_refusing_a_job_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(slurm.RunError, match="sbatch refused the job"):
+        slurm.submit(LocalHost(), ["true"], run_dir=str(tmp_path), job_name="medic-test-bad",
+                     partition="no-such-partition")
