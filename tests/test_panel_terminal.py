@@ -69,6 +69,8 @@ def test_the_panel_in_a_terminal_and_the_same_session_through_a_pipe(private_lab
         watched, _ = watcher.communicate(timeout=120)
     finally:
         tmux(socket, "kill-server")
+        # the server's socket file outlives it: leave nothing behind
+        (Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}" / socket).unlink(missing_ok=True)
         if watcher is not None and watcher.poll() is None:
             watcher.kill()
             watcher.wait()
