@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-APT_PKGS := openssh-server chromium
+APT_PKGS := openssh-server chromium tmux
 
 .PHONY: demo test check lint typecheck system-deps lab lab-variants lab-server clean-sessions slurm-up slurm-down
 
@@ -12,10 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# Debian packages the tests need: a real sshd on loopback, headless Chromium for the postmortem page.
+# Debian packages the tests need: a real sshd on loopback, headless Chromium for the postmortem page, tmux for
+# the terminal a person watches a session in.
 system-deps:
 	@missing=""; command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

@@ -79,6 +79,7 @@ class SessionConfig(BaseModel):
     traces_dir: str = "traces"
     llm: dict[str, str] | None = None  # LLM settings (agent/llm/chat.py); secrets come from the environment
     policy_file: str | None = None
+    notify: str | None = None  # a shell command told when the session waits for a person, ends or stops
     slurm: SlurmSettings | None = None  # None: detached processes on the host; else Slurm jobs submitted there
     # a fresh session reusing an old id must not inherit its host-side ledger (launches, patches)
     instance: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])

@@ -25,5 +25,7 @@ EventKind = Literal[
     "confirm", "confirm_answer", "validate", "canary_passed",
     # the model path
     "llm", "tool",
+    # for people: the checks a launch's wait will run; medic stopped by a signal; a --notify command's result
+    "checks_queued", "stopped", "notify",
 ]
 EVENT_KINDS: frozenset[str] = frozenset(get_args(EventKind))

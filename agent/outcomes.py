@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 OutcomeName = Literal["verified", "error", "budget", "no_repair", "waiting", "unverified", "rejected",
-                      "host_change"]
+                      "host_change", "stopped"]
 
 
 class Outcome(NamedTuple):
@@ -26,6 +26,8 @@ OUTCOMES: dict[str, Outcome] = {
     "unverified": Outcome(6, "the job exited 0 but its output could not be verified"),
     "rejected": Outcome(7, "a person (or a policy) said no to a relaunch"),
     "host_change": Outcome(8, "waiting for a person to change the host: run the step shown, then `medic resume`"),
+    # medic itself was stopped (a signal, or it died) before the session ended: nothing is lost
+    "stopped": Outcome(9, "medic was stopped before the session ended: `medic resume SESSION` goes on"),
 }
 
 

@@ -22,6 +22,7 @@ from langgraph.types import Command
 from agent.config import SessionConfig, medic_home
 from agent.deps import Deps
 from agent.graph import build_graph
+from agent.record.people import Shortener
 from agent.record.trace import TraceWriter
 from agent.record.view import View
 from agent.repair.engine import RepairEngine
@@ -128,16 +129,21 @@ def connect_checked(config: SessionConfig) -> Host:
     return host
 
 
-def make_deps(config: SessionConfig, host: Host | None = None, view: View | None = None,
-              engine: RepairEngine | None = None) -> Deps:
-    # secret-named variables of medic's environment and of the job's own; the job's paths are never secrets
+def session_redactor(config: SessionConfig) -> Redactor:
+    """Secret-named variables of medic's environment and of the job's own; the job's paths are never secrets."""
     t = config.target
     keep = [t.python, t.workdir, t.model_dir or "", str(Path(config.traces_dir).resolve()), os.getcwd()]
-    redactor = Redactor.from_environment({**os.environ, **t.env}, keep=keep)
+    return Redactor.from_environment({**os.environ, **t.env}, keep=keep)
+
+
+def make_deps(config: SessionConfig, host: Host | None = None, view: View | None = None,
+              engine: RepairEngine | None = None) -> Deps:
+    redactor = session_redactor(config)
     host = host or connect_host(config)
     header = {"session": config.session_id, "config": json.loads(config.model_dump_json()), "host": host.name}
     trace = TraceWriter(Path(config.traces_dir) / f"{config.session_id}.jsonl", header, redactor)
     deps = Deps(host=host, config=config, engine=engine or RepairEngine(), trace=trace, view=view or View())
+    deps.view.shortener = Shortener.for_config(header["config"])  # what a person reads: short paths
     if engine is None and config.llm is not None:
         from agent.llm.fallback import llm_fallback
 
@@ -146,10 +152,10 @@ def make_deps(config: SessionConfig, host: Host | None = None, view: View | None
 
 
 def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None = None,
-                host: Host | None = None) -> tuple[str, dict[str, Any]]:
+                host: Host | None = None, view: View | None = None) -> tuple[str, dict[str, Any]]:
     """Drive the graph until it ends or waits for a person. Returns (outcome, final state values)."""
     with session_lock(config.session_id), checkpointer() as saver:
-        deps = deps or make_deps(config, host=host)
+        deps = deps or make_deps(config, host=host, view=view)
         graph = build_graph(deps, checkpointer=saver)
         thread = {"configurable": {"thread_id": config.session_id}, "recursion_limit": RECURSION_LIMIT}
         snapshot = graph.get_state(thread)

@@ -10,7 +10,7 @@ from agent.events import EVENT_KINDS
 from agent.record.replay import NODE_OF
 
 ROOT = Path(__file__).resolve().parents[1]
-READERS = tuple(f"agent/record/{name}.py" for name in ("view", "replay", "postmortem", "postmortem_html"))
+READERS = tuple(f"agent/record/{name}.py" for name in ("view", "replay", "postmortem", "postmortem_html", "panel"))
 
 
 def kinds_read(path: Path) -> set[str]:

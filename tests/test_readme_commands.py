@@ -350,6 +350,9 @@ RECIPES: dict[tuple[str, ...], tuple[Callable[[list[str]], bool], Check]] = {
     ("resume",): (lambda f: True, on_the_session(5, lambda s, d: "waiting for a person" in d.stderr)),
     ("revert",): (lambda f: True, on_the_session(0, lambda s, d: f"of session {s.session} reverted" in d.stderr)),
     ("sessions",): (lambda f: True, on_the_session(0, lambda s, d: f"{s.session}\tapprove\twaiting" in d.stdout)),
+    ("watch",): (lambda f: True, on_the_session(5, lambda s, d: f"{s.session}: waiting — " in d.stderr)),
+    ("status",): (lambda f: True, on_the_session(0, lambda s, d: f"{s.session}: waiting (waiting, exit 5)" in d.stdout
+                                                 or json.loads(d.stdout or "{}").get("state") == "waiting")),
     # no flag asks at a terminal, --edit opens an editor: only --yes and --reject can answer here
     ("approve",): (lambda f: bool({"--yes", "-y", "--reject"} & set(f)) and "--edit" not in f,
                    on_the_session(5, lambda s, d: "waiting for a person" in d.stderr)),

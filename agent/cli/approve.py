@@ -23,6 +23,7 @@ from rich.table import Table
 from typing_extensions import TypeIs
 
 from agent.approval import edited_patch, refuse_if_stale
+from agent.cli.live import drive
 from agent.cli.run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
@@ -191,8 +192,7 @@ def approve(
         if go["action"] == "edit":
             raise UsageError("a launch has no diff to edit: answer a or r")
         go["by"] = _who()
-        outcome, _ = run_session(config, resume=go)
-        finish(config, outcome, postmortem=False)
+        finish(config, drive(config, lambda view: run_session(config, resume=go, view=view)), postmortem=False)
         return
     show_proposal(proposal)
     answer = {"action": "approve"} if yes else {"action": "edit"} if edit else (
@@ -223,7 +223,8 @@ def send_answer(config: SessionConfig, proposal: CandidateData, answer: dict[str
         console.print(f"edited diff ok: patch {edited.id} replaces {pid}; applying and verifying it")
     answer["by"] = _who()
     answer.setdefault("reason", "")
-    outcome, _ = run_session(config, resume=answer, deps=make_deps(config, host=host))
+    outcome = drive(config, lambda view: run_session(config, resume=answer, deps=make_deps(config, host=host,
+                                                                                            view=view)))
     _, again = read_session(session) if outcome == "waiting" else ({}, None)
     if (answer["action"] == "approve" and again is not None and not waits_for_launch(again)
             and again["patch"].get("id") == pid):

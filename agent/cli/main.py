@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from agent.cli import approve, run, traces
+from agent.cli import approve, run, traces, watch
 from lab.cli import app as lab_app
 from tools.errors import MedicError
 
@@ -17,6 +17,8 @@ app.command(context_settings={"allow_extra_args": False})(run.run)
 app.command()(run.resume)
 app.command()(run.revert)
 app.command()(approve.sessions)
+app.command()(watch.status)
+app.command()(watch.watch)
 app.command()(approve.approve)
 app.command()(approve.policy_check)
 app.command()(traces.replay)

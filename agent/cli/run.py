@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
+from agent.cli.live import drive, tell
 from agent.config import Budgets, SessionConfig, Target
 from agent.job import local_path
 from agent.outcomes import exit_code
@@ -28,6 +29,8 @@ from tools.console import make_console
 from tools.errors import UsageError
 
 console = make_console(stderr=True)
+NOTIFY_HELP = ("a shell command run when the session waits for a person, ends or is stopped, with MEDIC_SESSION, "
+               "MEDIC_EVENT, MEDIC_OUTCOME, MEDIC_EXIT_CODE and MEDIC_SUMMARY in its environment")
 
 
 def lab_target(root: Path = DEFAULT_ROOT, size: str = "tiny") -> Target:
@@ -107,6 +110,7 @@ def run(
                                                "COMMAND is then its client, run once /health answers")] = None,
     port: Annotated[int | None, typer.Option(help="the server's port (default: a free one on 127.0.0.1)")] = None,
     keep_server: Annotated[bool, typer.Option(help="leave the server running when the session ends")] = False,
+    notify: Annotated[str | None, typer.Option(help=NOTIFY_HELP)] = None,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
     if mode not in ("unattended", "approve"):
@@ -136,8 +140,9 @@ def run(
             Target.model_validate(target.model_dump())  # a bad --port fails here, in one line
         config = SessionConfig(
             session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
-            budgets=Budgets(max_launches=max_launches, max_wall=max_wall), traces_dir=traces, canary=canary, scan=scan,
-            confirm_launch=confirm_launch,
+            budgets=Budgets(max_launches=max_launches, max_wall=max_wall), canary=canary, scan=scan,
+            traces_dir=os.path.abspath(traces),  # watch, status and resume find it from any folder
+            confirm_launch=confirm_launch, notify=notify,
             llm={k: v for k, v in {"base_url": llm_base_url, "model": llm_model}.items() if v} if (
                 llm_base_url or llm_model) else None)
     except ValidationError as err:
@@ -155,18 +160,22 @@ def run(
         raise UsageError(f"--scheduler slurm: no sbatch on {connected.name}'s PATH")
     save_config(config)
     console.print(f"session [bold]{config.session_id}[/] — trace {Path(traces) / (config.session_id + '.jsonl')}")
-    finish(config, run_session(config, host=connected)[0], postmortem)
+    finish(config, drive(config, lambda view: run_session(config, host=connected, view=view)), postmortem)
 
 
-def resume(session: str, postmortem: bool = False) -> None:
+def resume(session: str, postmortem: bool = False,
+           notify: Annotated[str | None, typer.Option(help=NOTIFY_HELP)] = None) -> None:
     """Continue a session from its checkpoint (after medic died, or after an approval)."""
     config = load_config(session)
+    if notify is not None:  # from now on this command is told, by every later resume and approve too
+        config = config.model_copy(update={"notify": notify or None})
+        save_config(config)
     waiting = pending_interrupt(session)
     answer = None
     if waiting and waiting.get("kind") == "host_change":  # the person says the host step is done: go on
         steps = "; ".join(waiting.get("host_steps") or [])
         answer = {"action": "approve", "by": "person (medic resume)", "reason": f"host changed: {steps}"}
-    finish(config, run_session(config, resume=answer)[0], postmortem)
+    finish(config, drive(config, lambda view: run_session(config, resume=answer, view=view)), postmortem)
 
 
 def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
@@ -177,12 +186,15 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
         steps = " && ".join((pending_interrupt(config.session_id) or {}).get("host_steps") or [])
         console.print(f"the host needs a change medic does not make unattended: run `{steps}` on "
                       f"{config.target.host}, then `medic resume {config.session_id}`", markup=False)
+    elif outcome == "stopped":
+        console.print(f"medic stopped: `medic resume {config.session_id}` goes on (a job it launched keeps running)")
     elif report.exists():
         console.print(f"report: {report}")
     if postmortem:
         from agent.record.postmortem import print_postmortem
 
         print_postmortem(Path(config.traces_dir) / f"{config.session_id}.jsonl")
+    tell(config, outcome)
     raise typer.Exit(exit_code(outcome))
 
 

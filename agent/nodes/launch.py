@@ -128,12 +128,13 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     owners = [c.get("patch_id") for c in state.get("pending_checks") or []]  # which patch each check proves
     pending = [check_from_dict(c) for c in state.get("pending_checks") or []] + environment_checks(state, deps)
     results: list[CheckResult] = []
+    deps.record("checks_queued", "watch", {"launch": record["n"], "checks": [c.describe() for c in pending]})
     offset, tail = 0, ""
     seen_phases: dict[str, float] = dict(record.get("phases") or {})
     started = record.get("started") or deps.clock()
     deadline = started + deps.config.budgets.launch_timeout
     eta = runs.LoadEta([launch_.get("load_seconds") or 0.0 for launch_ in state.get("launches") or []
-                        if launch_.get("load_seconds")])
+                        if launch_.get("load_seconds") and launch_.get("kind") == record.get("kind")])
     outcome = None
     last_status = 0.0
     link_down_since: float | None = None

@@ -40,7 +40,7 @@ def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
     stdin, replaced, described = None, None, ""
     if given:  # the validator runs in the target env too: `python verify.py` means --python
         command, replaced = with_interpreter(given, target.python)
-        described = f"`{' '.join(command)[:120]}`"
+        described = f"`{' '.join(command)}`"  # whole: people read it shortened (agent/record/people.py), not cut
         output = locate(deps.host, run_command or target.command, target.workdir,
                         output=None if canary else target.output)[0]
     else:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.job import script_argument
+from agent.record.people import Shortener, for_people, without_subject
 from agent.record.postmortem_server import server_lines
 from agent.record.postmortem_shards import shard_lines
 from agent.record.report import human_numbers, human_seconds
@@ -254,21 +255,27 @@ def job_lines(trace: Trace) -> list[str]:
     if not command:
         return []
     found = script_argument(command, str(target.get("python") or ""))
-    driver = f" (driver `{found[1]}`)" if found else ""
-    return [f"- job: `{_cell(shlex.join(command))}` in `{workdir}` on {target.get('host', 'local')}{driver}"]
+    sh = shortener(trace)
+    driver = f" (driver `{sh.path(found[1])}`)" if found else ""
+    return [f"- job: `{_cell(sh.text(shlex.join(command)))}` in `{workdir}` on {target.get('host', 'local')}{driver}"]
+
+
+def shortener(trace: Trace) -> Shortener:
+    """Paths as a person reads them (agent/record/people.py), from the session config the trace's header keeps."""
+    return Shortener.for_config(trace.header.get("config"))
 
 
 def postmortem_markdown(trace: Trace) -> str:
-    s = summarize(trace)
+    s, sh = summarize(trace), shortener(trace)
     kinds = f" ({len(s.targets)} target, {len(s.canaries)} canary)" if s.canaries else ""
     out = [f"# Postmortem: medic session {s.session}", "",
-           f"**{s.outcome}** — {human_numbers(s.detail)}", "",
+           f"**{s.outcome}** — {for_people(s.detail, sh)}", "",
            f"- wall clock: {human_seconds(s.duration)}, {len(s.launches)} launch(es){kinds}, {len(s.faults)} "
            f"fault(s), {len(s.kept)} patch(es) kept" + (f", resumed {s.resumes} time(s)" if s.resumes else ""),
            *job_lines(trace), *[f"- {line}" for line in [*s.loads(), *server_lines(trace)]]]
     if s.problem:
         out.append(f"- **warning:** {s.problem}")
-    out += [f"- warning: {human_numbers(w)}" for w in s.warnings]
+    out += [f"- warning: {for_people(w, sh)}" for w in s.warnings]
     out += ["", "## Timeline", "", "| # | start | time | phases | outcome | faults | patches after |",
             "|---|---|---|---|---|---|---|"]
     for launch in s.launches:
@@ -283,11 +290,11 @@ def postmortem_markdown(trace: Trace) -> str:
     out += shard_lines(trace)  # a Slurm session: its jobs and shards
     out += ["", "## Faults", "", s.caught_counts(), ""]
     for f in s.faults:
-        where = f" at `{f.frames[-1]}`" if f.frames else ""
+        where = f" at `{sh.text(f.frames[-1])}`" if f.frames else ""
         proc = f" in `{f.proc}`" if f.proc else ""
         which = f" launch {f.launch.seq}" if f.launch else ""
         side = f" {f.side}-side" if f.side else ""
-        out.append(f"{f.seq}. [{f.stage}]{which}{side}: `{f.said}`{proc}{where} — caught {f.caught}"
+        out.append(f"{f.seq}. [{f.stage}]{which}{side}: `{sh.text(f.said)}`{proc}{where} — caught {f.caught}"
                    + (" (repeated right after its patch)" if f.repeated else ""))
     out += ["", "## Patches", ""]
     for p in s.patches:
@@ -298,11 +305,12 @@ def postmortem_markdown(trace: Trace) -> str:
     for c in s.checks:
         when = {"before": "before launch", "during_load": "during load"}.get(str(c.get("when")), str(c.get("when")))
         who = f" {c['patch_id']}" if c.get("patch_id") else f" launch {c.get('launch', '?')}"
-        detail = message_line(human_numbers(str(c.get("detail", ""))), 160)
-        out.append(f"- {'ok' if c.get('ok') else 'FAILED'} [{when}]{who}: {c.get('check', '')} — {detail}")
+        check = str(c.get("check", ""))
+        detail = message_line(for_people(without_subject(check, str(c.get("detail", ""))), sh, check.split()), 160)
+        out.append(f"- {'ok' if c.get('ok') else 'FAILED'} [{when}]{who}: {sh.text(check)} — {detail}")
     out += ["", "## Final diffs (applied, not reverted)", ""]
     out += [f"```diff\n{p.diff.rstrip()}\n```\n" for p in s.kept] or ["(none)", ""]
-    out += ["## What is left", "", f"{s.outcome}: {human_numbers(s.detail)}" if s.outcome != "verified" else
+    out += ["## What is left", "", f"{s.outcome}: {for_people(s.detail, sh)}" if s.outcome != "verified" else
             "nothing: the output was verified against the reference."]
     return "\n".join(out) + "\n"
 

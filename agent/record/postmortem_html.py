@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from html import escape
 
-from agent.record.postmortem import Summary, rationale, summarize
-from agent.record.report import human_numbers, human_seconds
+from agent.record.people import for_people, without_subject
+from agent.record.postmortem import Summary, rationale, shortener, summarize
+from agent.record.report import human_seconds
 from agent.record.tracefile import Trace
 
 OUTCOME_COLOURS = {"exited": "#2e9e44", "crashed": "#d33c3c", "timeout": "#e08a00"}
@@ -87,16 +88,16 @@ def diff_html(diff: str) -> str:
 
 
 def postmortem_html(trace: Trace) -> str:
-    s = summarize(trace)
+    s, sh = summarize(trace), shortener(trace)
     e = escape
     body = [f"<h1>Postmortem: medic session {e(s.session)}</h1>",
             f'<p><span class="outcome {"verified" if s.outcome == "verified" else "other"}">{e(s.outcome)}</span> '
-            f"{e(human_numbers(s.detail))}</p>",
+            f"{e(for_people(s.detail, sh))}</p>",
             f"<p>{human_seconds(s.duration)} wall clock, {len(s.launches)} launch(es), {len(s.faults)} fault(s), "
             f"{len(s.kept)} patch(es) kept.</p>", f"<p>{e('; '.join(s.loads()))}.</p>"]
     if s.problem:
         body.append(f'<p class="warn">{e(s.problem)}</p>')
-    body += [f'<p class="warn">warning: {e(human_numbers(w))}</p>' for w in s.warnings]
+    body += [f'<p class="warn">warning: {e(for_people(w, sh))}</p>' for w in s.warnings]
     body += ["<h2>Timeline</h2>", timeline_svg(s),
              "<table><tr><th>#</th><th>kind</th><th>start</th><th>time</th><th>phases</th><th>outcome</th></tr>"]
     for launch in s.launches:
@@ -107,8 +108,8 @@ def postmortem_html(trace: Trace) -> str:
     body += ["</table>", "<h2>Faults</h2>", f"<p>{e(s.caught_counts())}</p>",
              "<table><tr><th>#</th><th>stage</th><th>root cause</th><th>where</th><th>caught</th></tr>"]
     for f in s.faults:
-        body.append(f"<tr><td>{f.seq}</td><td>{e(f.stage)}</td><td>{e(f.said)}</td>"
-                    f"<td>{e(f.frames[-1] if f.frames else '')}</td><td>{e(f.caught)}</td></tr>")
+        body.append(f"<tr><td>{f.seq}</td><td>{e(f.stage)}</td><td>{e(sh.text(f.said))}</td>"
+                    f"<td>{e(sh.text(f.frames[-1]) if f.frames else '')}</td><td>{e(f.caught)}</td></tr>")
     body += ["</table>", "<h2>Patches</h2>"]
     for p in s.patches:
         fault = f" for fault {p.fault.seq}" if p.fault else ""
@@ -116,12 +117,15 @@ def postmortem_html(trace: Trace) -> str:
                  f"<p>{e(rationale(p))}</p>", diff_html(p.diff)]
     body += ["<h2>Verifications</h2>", "<ul>"]
     for c in s.checks:
+        check = str(c.get("check", ""))
+        detail = for_people(without_subject(check, str(c.get("detail", ""))), sh, check.split())
         body.append(f"<li>{'ok' if c.get('ok') else '<b>FAILED</b>'} [{e(str(c.get('when', '')))}] "
-                    f"{e(str(c.get('check', '')))}: {e(human_numbers(str(c.get('detail', '')))[:200])}</li>")
+                    f"{e(sh.text(check))}: {e(detail[:200])}</li>")
     body += ["</ul>", "<h2>Final diffs (applied, not reverted)</h2>",
              *([diff_html(p.diff) for p in s.kept] or ["<p>(none)</p>"]),
              "<h2>What is left</h2>",
-             f"<p>{e(human_numbers(s.detail)) if s.outcome != 'verified' else 'nothing: the output was verified.'}</p>"]
+             f"<p>{e(for_people(s.detail, sh)) if s.outcome != 'verified' else 'nothing: the output was verified.'}"
+             "</p>"]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             f"<title>medic postmortem {e(s.session)}</title><style>{CSS}</style></head><body>"

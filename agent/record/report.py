@@ -1,48 +1,19 @@
 """The session report as markdown, from the graph state alone (so replay and postmortem can render it too).
 
-People read it, so seconds and measured errors are rounded here (``human_seconds`` and ``human_numbers``, which
-the postmortem uses too); the state and the trace keep the full values.
+People read it, so paths are short, seconds and measured errors rounded (agent/record/people.py, which the postmortem
+uses too); the state and the trace keep the full values. Diffs keep whole paths: they are for applying.
 """
 
 from __future__ import annotations
 
-import math
-import re
-
 from agent.config import SessionConfig
+from agent.record.people import Shortener, for_people, human_number, human_numbers, human_seconds, without_subject
 from agent.remedies import run_your_job_with
 from agent.state import CandidateData, SessionState
 from tools.diffs import EnvEdit
 from tools.tracebacks import message_line
 
-# five or more decimals (0.0020738840103149414) is a measurement; versions, paths and ids never look like that
-_LONG_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d{5,}(?:[eE][-+]?\d+)?(?!\d|\.\d)")
-
-
-def human_seconds(seconds: float | None) -> str:
-    """12.3s under a minute, then 3m 54s, then 1h 02m."""
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    if round(seconds, 1) < 60:
-        return f"{seconds:.1f}s"
-    whole = round(seconds)
-    if whole < 3600:
-        return f"{whole // 60}m {whole % 60:02d}s"
-    return f"{whole // 3600}h {whole % 3600 // 60:02d}m"
-
-
-def human_number(value: float) -> str:
-    """Two significant digits under 1 (0.0020738840103149414 -> 0.0021), one decimal from 1 on."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    if abs(value) >= 1:
-        return f"{value:.1f}"
-    return f"{value:.{1 - math.floor(math.log10(abs(value)))}f}"
-
-
-def human_numbers(text: str) -> str:
-    """``text`` with each long decimal in it rounded by ``human_number``."""
-    return _LONG_NUMBER.sub(lambda match: human_number(float(match.group())), text)
+__all__ = ["fault_line", "human_number", "human_numbers", "human_seconds", "render_report"]
 
 
 def fault_line(exc_type: object, message: str, stage: object) -> str:
@@ -56,15 +27,16 @@ def env_lines(patch: CandidateData) -> list[str]:
 
 
 def render_report(state: SessionState, config: SessionConfig) -> str:
+    sh = Shortener.for_config(config.model_dump())
     launches = state.get("launches") or []
     faults = state.get("faults") or []
     patches = state.get("patches") or []
     canaries = sum(1 for launch in launches if launch.get("kind") == "canary")
     kinds = f" ({len(launches) - canaries} target, {canaries} canary)" if canaries else ""
     out = [f"# medic session {config.session_id}", "",
-           f"**Outcome: {state.get('outcome') or 'unfinished'}** — {human_numbers(state.get('outcome_detail') or '')}",
+           f"**Outcome: {state.get('outcome') or 'unfinished'}** — {for_people(state.get('outcome_detail') or '', sh)}",
            "",
-           f"- target: `{' '.join(config.target.command)}` on {config.target.host}",
+           f"- target: `{sh.text(' '.join(config.target.command))}` on {config.target.host}",
            f"- launches: {len(launches)}{kinds} (budget {config.budgets.max_launches})",
            f"- faults: {len(faults)}, patches kept: {len(patches)}", ""]
     versions = (state.get("preflight") or {}).get("versions") or {}
@@ -73,7 +45,7 @@ def render_report(state: SessionState, config: SessionConfig) -> str:
     out += ["## Faults, in order", ""]
     for i, fault in enumerate(faults, 1):
         frames = fault.get("frames") or []
-        where = f" at `{frames[-1]['file'].split('site-packages/')[-1]}:{frames[-1]['line']}`" if frames else ""
+        where = f" at `{sh.path(frames[-1]['file'])}:{frames[-1]['line']}`" if frames else ""
         proc = f" in `{fault['proc']}`" if fault.get("proc") else ""
         line = fault_line(fault.get("exc_type"), fault.get("message") or "", fault.get("stage"))
         out.append(f"{i}. [{fault.get('stage')}] launch {fault.get('launch') or '-'}: `{line}`{proc}{where}")
@@ -81,7 +53,7 @@ def render_report(state: SessionState, config: SessionConfig) -> str:
     for p in patches:
         out += [f"### {p['patch']['id']} ({p['origin']})", "", p.get("rationale") or "(no rationale recorded)", ""]
         if p.get("evidence"):
-            out += ["Evidence read:", "", *[f"- `{e[:200]}`" for e in p["evidence"]], ""]
+            out += ["Evidence read:", "", *[f"- `{for_people(e, sh)[:200]}`" for e in p["evidence"]], ""]
         out += ["```diff", "".join(f["diff"] for f in p["patch"]["files"]).rstrip(), "```", ""]
         out += [f"Environment: `{e}`" for e in env_lines(p)] + [f"Host step: `{h}`" for h in
                                                                  p["patch"].get("host_steps") or []]
@@ -99,9 +71,9 @@ def render_report(state: SessionState, config: SessionConfig) -> str:
     checks = state.get("verifications") or []
     if checks:
         out += ["", "## Verifications", ""]
-        out += [f"- {'ok' if v['ok'] else 'FAILED'} [{v['when']}] {v['check']}: {human_numbers(v['detail'])[:160]}"
-                for v in checks]
+        out += [f"- {'ok' if v['ok'] else 'FAILED'} [{v['when']}] {for_people(v['check'], sh)}: "
+                f"{for_people(without_subject(v['check'], v['detail']), sh, v['check'].split())[:160]}" for v in checks]
     if state.get("outcome") != "verified":
         out += ["", "## What is left", "",
-                human_numbers(state.get("outcome_detail") or "") or "the session did not finish"]
+                for_people(state.get("outcome_detail") or "", sh) or "the session did not finish"]
     return "\n".join(out) + "\n"

@@ -34,7 +34,7 @@ def _bounded(value: Any) -> Any:
 class TraceWriter:
     """Append-only; safe to reopen for a resumed session (the header is written once)."""
 
-    def __init__(self, path: Path, header: dict[str, Any], redactor: Redactor) -> None:
+    def __init__(self, path: Path, header: dict[str, Any], redactor: Redactor, announce_resume: bool = True) -> None:
         self.path = path
         self.redactor = redactor
         try:
@@ -46,7 +46,7 @@ class TraceWriter:
             raise UsageError(f"cannot write the trace in {path.parent}: {exc.strerror}") from exc
         if fresh:
             self._write({"format": "medic-trace", "version": FORMAT_VERSION, "ts": time.time(), **header})
-        else:
+        elif announce_resume:  # (not for a note after the session's end, such as --notify's result)
             self.event("resume", "cli", {"pid": os.getpid()})
 
     def _write(self, record: dict[str, Any]) -> None:

@@ -1,0 +1,123 @@
+"""Where a session stands, read from outside the process that runs it: its trace, its checkpoint, its lock.
+
+``medic status`` and ``medic watch`` use this from any terminal of the machine that holds medic's home. A
+session is running while a process holds its lock (read from /proc/locks, never by taking the lock: that
+could make a starting ``medic resume`` fail); otherwise it ended (an outcome), waits for a person (an
+interrupt in the checkpoint), or was stopped (neither: ``medic resume`` goes on). The exit code is the one
+``medic run`` gives for the same end (agent/outcomes.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.config import SessionConfig
+from agent.outcomes import OUTCOMES, exit_code
+from agent.record.panel import PanelState, earlier_loads
+from agent.session import load_config, read_checkpoint, session_dir
+
+
+def trace_path(config: SessionConfig) -> Path:
+    return Path(config.traces_dir) / f"{config.session_id}.jsonl"
+
+
+def lock_holder(session_id: str) -> int | None:
+    """The pid of the medic process that holds the session's lock, or None when none does."""
+    lock = session_dir(session_id) / "lock"
+    try:
+        info = lock.stat()
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    for row in table.splitlines():
+        fields = row.split()
+        if "FLOCK" not in fields or len(fields) < 6:
+            continue
+        pid, where = fields[fields.index("FLOCK") + 3], fields[fields.index("FLOCK") + 4]
+        parts = where.split(":")
+        if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) == info.st_ino and \
+                (int(parts[0], 16), int(parts[1], 16)) == (os.major(info.st_dev), os.minor(info.st_dev)):
+            return int(pid) if pid.isdigit() else 0
+    return None
+
+
+@dataclass
+class Status:
+    session: str
+    state: str  # running | ended | waiting | stopped
+    outcome: str | None  # the outcome name medic run would end with (None while running)
+    exit_code: int | None
+    detail: str
+    pid: int | None
+    trace: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def session_status(session_id: str) -> Status:
+    config = load_config(session_id)
+    pid = lock_holder(session_id)
+    values, interrupt = read_checkpoint(session_id)
+    trace = str(trace_path(config))
+    if pid is not None:
+        return Status(session_id, "running", None, None, f"medic (pid {pid}) is running it", pid, trace)
+    if interrupt is not None:
+        outcome = "host_change" if interrupt.get("kind") == "host_change" else "waiting"
+        return Status(session_id, "waiting", outcome, exit_code(outcome), OUTCOMES[outcome].meaning.replace(
+            "SESSION", session_id), None, trace)
+    if values.get("outcome"):
+        outcome = str(values["outcome"])
+        return Status(session_id, "ended", outcome, exit_code(outcome), str(values.get("outcome_detail") or ""),
+                      None, trace)
+    return Status(session_id, "stopped", "stopped", exit_code("stopped"),
+                  OUTCOMES["stopped"].meaning.replace("SESSION", session_id), None, trace)
+
+
+class TraceFollower:
+    """The session's trace read by offset, whole lines only; the panel state it builds."""
+
+    def __init__(self, config: SessionConfig) -> None:
+        self.path = trace_path(config)
+        self.offset = 0
+        self.partial = b""
+        self.header: dict[str, Any] | None = None
+        config_dict = json.loads(config.model_dump_json())
+        self.state = PanelState.for_config(config_dict, started=time.time(), history=earlier_loads(
+            self.path.parent, config_dict, config.session_id))
+
+    def catch_up(self) -> None:
+        """The panel state as of now, from every event written so far (a resumed session's panel)."""
+        for kind, _node, data, ts in self.events():
+            self.state.apply(kind, data, ts)
+
+    def events(self) -> list[tuple[str, str, dict[str, Any], float]]:
+        """New (kind, node, data, ts) since the last call (whoever shows them applies them to the state)."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        self.offset += len(data)
+        blob = self.partial + data
+        *complete, self.partial = blob.split(b"\n")
+        out = []
+        for raw in complete:
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue  # a line cut by a killed writer: the reader of record (tracefile) says so
+            if self.header is None and record.get("format") == "medic-trace":
+                self.header = record
+                self.state.started = float(record.get("ts") or self.state.started)
+                continue
+            kind, data_ = str(record.get("kind") or ""), record.get("data") or {}
+            ts = float(record.get("ts") or time.time())
+            out.append((kind, str(record.get("node") or ""), data_, ts))
+        return out
