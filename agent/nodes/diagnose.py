@@ -14,7 +14,7 @@ from agent.codec import fault_to_dict
 from agent.deps import Deps
 from agent.nodes.launch import read_log
 from agent.repair.types import Fault, FrameRef
-from agent.state import SessionState
+from agent.state import FaultData, SessionState
 from tools import logs, tracebacks
 
 EXCERPT_LINES = 60
@@ -70,22 +70,21 @@ def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
                                       "fingerprint": fault.fingerprint, "repeated": repeated,
                                       "frames": [f"{f.file}:{f.line} {f.func}" for f in fault.frames[-4:]],
                                       **({"side": side, "server": server} if side else {})})
-    update = record_fault(state, fault, launch=record.get("n"), repeated=repeated)
-    if side:  # which process a fix touches: a server-side one restarts the server (agent/nodes/server.py)
-        update["fault"] = {**update["fault"], "side": side, "server": server}
-        update["faults"][-1] = {**update["faults"][-1], "side": side, "server": server}
-    return update
+    return record_fault(state, fault, launch=record.get("n"), repeated=repeated, side=side, server=server)
 
 
-def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bool = False) -> dict[str, Any]:
+def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bool = False,
+                 side: str | None = None, server: int | None = None) -> dict[str, Any]:
     """The state update for a new fault: it becomes current, joins the list, and its candidates start fresh.
 
     A fault that repeats right after a patch for it means the patch did not cure it: keep the tried list, so
     the next candidate gets its turn.
     """
-    entry = {**fault_to_dict(fault), "launch": launch, "repeated": repeated}
-    update: dict[str, Any] = {"fault": fault_to_dict(fault), "faults": [*(state.get("faults") or []), entry],
-                              "candidates": []}
+    current = fault_to_dict(fault)
+    if side:  # a two-process job: which process a fix touches; a server-side one restarts the server
+        current["side"], current["server"] = side, server
+    entry: FaultData = {**current, "launch": launch, "repeated": repeated}
+    update: dict[str, Any] = {"fault": current, "faults": [*(state.get("faults") or []), entry], "candidates": []}
     if not repeated:
         update["tried"] = []
     return update
