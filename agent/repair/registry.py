@@ -3,7 +3,7 @@
 A detector reads the caller's code against the installed library and returns faults that carry a structured
 ``Finding`` (callee, keyword, member…); the repairs paired with the finding's kind derive the patch from the
 same library, reading the finding, not a sentence. ``REPAIRS`` is every derived repair in the engine's order:
-the ones no detector feeds (a moved import) answer faults that only a run shows.
+the ones no detector feeds (a moved import; the library against its host) answer faults that only a run shows.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
     environment_drift                        environment                           environment
@@ -12,6 +12,7 @@ the ones no detector feeds (a moved import) answer faults that only a run shows.
     shape_drift                              return_shape                          changed_return_shape
     device_drift                             device_call                           playbooks (a known signature)
     grafted_member_drift                     grafted_member                        renamed_member
+    platform_drift (the server's code)       distribution_name, capability         distribution_name, capability
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.repair import derived_calls, derived_dataflow, derived_env, derived_members
+from agent.repair import derived_calls, derived_dataflow, derived_env, derived_members, derived_platform
 from agent.repair.edits import Source
 from agent.repair.scan_env import environment_drift
 from agent.repair.scan_members import grafted_member_drift
+from agent.repair.scan_platform import platform_drift
 from agent.repair.scan_rules import device_drift, protocol_drift, shape_drift
 from agent.repair.scan_signatures import signature_drift
 from agent.repair.types import Candidate, Fault, FindingKind, RepairContext
@@ -39,6 +41,10 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("changed_return_shape", derived_dataflow.changed_return_shape),
     ("protocol_step", derived_dataflow.mandatory_protocol_step),
     ("environment", derived_env.environment_remedy),
+    # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
+    ("distribution_name", derived_platform.distribution_name),
+    ("capability", derived_platform.capability_predicate),
+    ("stand_in_member", derived_platform.stand_in_member),
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 
@@ -58,6 +64,7 @@ DRIFTS: tuple[Drift, ...] = (
     Drift(shape_drift, ("return_shape",), ("changed_return_shape",)),
     Drift(device_drift, ("device_call",), (PLAYBOOKS,)),
     Drift(grafted_member_drift, ("grafted_member",), ("renamed_member",)),
+    Drift(platform_drift, ("distribution_name", "capability"), ("distribution_name", "capability")),
 )
 
 

@@ -11,7 +11,7 @@ from tools.tracebacks import message_line
 
 FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
 FindingKind = Literal["unexpected_kwarg", "missing_argument", "protocol_step", "return_shape", "device_call",
-                      "grafted_member", "environment"]
+                      "grafted_member", "environment", "distribution_name", "capability"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,7 @@ class RepairContext:
     versions: dict[str, str] = field(default_factory=dict)
     site_packages: tuple[str, ...] = ()
     architectures: tuple[str, ...] = ()  # the target model's, from its config.json (what the library will build)
+    server_command: tuple[str, ...] = ()  # a two-process job's server: the library code it starts is scanned too
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # probe answers, per context
 
     def api_packages(self, path: str) -> tuple[str, ...]:
