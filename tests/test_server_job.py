@@ -123,7 +123,7 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     (the installed signature) and reruns ONLY the client against the live server; the rerun's requests then
     fail with HTTP 500, whose cause is the server's own traceback (vLLM's hidden-states connector pins memory
     on a machine with no accelerator): that fault is the server's, read from the server's log, and its repair
-    (vLLM's own is_pin_memory_available) would restart the server, which a three-launch budget stops."""
+    (vLLM's own is_pin_memory_available) would restart the server, which a two-launch budget stops."""
     lab = private_server_lab
     site = lab.site_packages()
     alias = site / "vllm-0.32.0.dist-info"
@@ -138,7 +138,7 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
     traces = tmp_path / "traces"
     config = SessionConfig(session_id="client-fix", target=lab_target(lab.root), traces_dir=str(traces),
-                           scan=False, budgets=Budgets(max_launches=3))
+                           scan=False, budgets=Budgets(max_launches=2))
     outcome, values = run_session(config)
     trace = traces / "client-fix.jsonl"
     server_events = [e["data"] for e in events(trace, "server")]
