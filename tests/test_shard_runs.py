@@ -9,11 +9,16 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
+from agent.cli.run import lab_target
+from agent.config import SessionConfig
 from agent.record.postmortem import postmortem_markdown
 from agent.record.replay import replay
 from agent.record.tracefile import read_trace
 from agent.scheduler import ShardSettings
 from agent.session import run_session
+from lab.build import LabPaths
 from tests.fixtures_fake import Fake, MakeFake, medic_cli, spawn_medic
 
 
@@ -84,3 +89,33 @@ def test_medic_sigkilled_while_shard_runs_run_resumes_onto_the_same_runs(make_fa
     assert len(first) == 1 or (len(first) == 2 and first[1]["reattached_shards"] == [0, 1])
     assert sorted(shard_runs(fake, 2)) == [0, 1] and not (fake.host_dir / "runs" / "L3").exists()
     assert fake.events("exit")[-1]["outcome"] == "verified" and len(fake.events("applied")) == 1
+
+
+@pytest.mark.lab
+def test_a_two_shard_lab_extraction_is_repaired_once_and_every_shard_verified(
+        private_lab: LabPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded lab (pristine speculators × vLLM 0.16.0) as two detached shard runs at once, each writing its
+    own ``hidden_states.<shard>.pt``: the scan's faults are patched before the first launch; the one only a run
+    shows crashes both shards, is repaired once, and both shards' outputs are verified on the next launch."""
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    lab = lab_target(private_lab.root)
+    out = str(private_lab.output)
+
+    def sharded(words: list[str]) -> list[str]:
+        return [word.replace(out, out.removesuffix(".pt") + ".{shard}.pt") for word in words]
+
+    target = lab.model_copy(update={"command": sharded(lab.command),
+                                    "validate_command": sharded(lab.validate_command or [])})
+    config = SessionConfig(session_id="lab-shards", target=target, mode="unattended",
+                           traces_dir=str(tmp_path / "traces"), shards=ShardSettings(shards=2, lead_shard=False))
+    outcome, values = run_session(config)
+    assert outcome == "verified", values.get("outcome_detail")
+    ran = [(launch["outcome"], launch["shards"]) for launch in values["launches"]]
+    assert ran == [("crashed", [0, 1]), ("exited", [0, 1])]
+    assert values["launches"][0]["shard_states"] == {"0": "FAILED", "1": "FAILED"}  # both hit the same fault
+    run_faults = [f for f in values["faults"] if f.get("stage") == "crash"]
+    assert len(run_faults) == 1 and run_faults[0]["launch"] == 1  # diagnosed once, not once per shard
+    assert values["verified_shards"] == [0, 1]
+    for shard in (0, 1):
+        assert (private_lab.work / "out" / f"hidden_states.{shard}.pt").stat().st_size > 0
+    assert not (private_lab.work / "out" / "hidden_states.pt").exists()
