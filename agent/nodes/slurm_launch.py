@@ -100,6 +100,7 @@ class SlurmHandle:
         self.last: dict[int | None, slurm.TaskState] = {}
         self.reason = ""
         self.stuck = ""
+        self.restarts = 0
 
     def follow(self, offset: int) -> runs.LogChunk:
         return slurm.follow(self.deps.host, self.job, offset, self.lead)
@@ -109,6 +110,11 @@ class SlurmHandle:
 
     def status(self) -> runs.RunStatus:
         self.last = slurm.states(self.deps.host, self.job)
+        restarts = max((s.restarts for s in self.last.values()), default=0)
+        if restarts > self.restarts:  # Slurm requeued it (scontrol requeue, a preemption that requeues): the
+            self.restarts = restarts  # same job runs again, no fault; its log goes on (--open-mode=append)
+            self.deps.record("scheduler", "watch", {"job_id": self.job.job_id, "state": "REQUEUED",
+                                                    "reason": f"restart {restarts}", "launch": self.record["n"]})
         pending = [s for s in self.last.values() if s.state == "PENDING"]
         reason = pending[0].reason if pending else ""
         if reason != self.reason:  # why it waits, once per change: Priority, Resources, BeginTime…
