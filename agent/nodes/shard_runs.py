@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from agent.deps import Deps
+from agent.nodes.shard_logs import explaining_shard
 from agent.nodes.shard_validate import before_relaunch, nothing_left
 from agent.remedies import env_edits, job_env, with_unset
 from agent.shards import shards_for, total
@@ -118,7 +119,9 @@ class ShardRunsHandle:
         if not failed:
             record["exit_code"] = 0
             return "exited"
-        record["failed_shard"], record["exit_code"] = failed[0], ended[failed[0]].exit_code
+        # several failed: the one whose own log explains it (the others may only say "see above")
+        shard = explaining_shard(self.deps, {k: self.runs[k].log for k in failed}) if len(failed) > 1 else failed[0]
+        record["failed_shard"], record["exit_code"] = shard, ended[shard].exit_code
         return "crashed"
 
 

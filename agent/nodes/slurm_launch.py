@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from agent.deps import Deps
+from agent.nodes.shard_logs import explaining_shard
 from agent.nodes.shard_validate import before_relaunch, nothing_left
 from agent.remedies import env_edits, job_env, with_unset
 from agent.repair.types import Fault
@@ -147,6 +148,9 @@ class SlurmHandle:
             record["failed_shard"] = self.lead
             return "scheduler:PENDING"
         outcome, task = classify(list(tasks.values()))
+        failed = {t.shard: self.job.log(t.shard) for t in tasks.values() if t.state == "FAILED" and t.shard is not None}
+        if outcome == "crashed" and len(failed) > 1:  # one log per shard: the one that explains it
+            task = tasks[explaining_shard(self.deps, failed)]
         if task is None:
             record["exit_code"] = 0
             return outcome
