@@ -4,6 +4,7 @@ and medic SIGKILLed while its shards run resumes onto those same runs (never a s
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -13,13 +14,16 @@ import pytest
 
 from agent.cli.run import lab_target
 from agent.config import SessionConfig
+from agent.nodes.launch import launch
 from agent.record.postmortem import postmortem_markdown
 from agent.record.replay import replay
 from agent.record.tracefile import read_trace
 from agent.scheduler import ShardSettings
-from agent.session import run_session
+from agent.session import make_deps, run_session
 from lab.build import LabPaths
 from tests.fixtures_fake import Fake, MakeFake, medic_cli, spawn_medic
+from tests.fixtures_ssh import SSHServer
+from tools import runs
 
 
 def shard_runs(fake: Fake, n: int) -> dict[int, list[Path]]:
@@ -119,3 +123,39 @@ def test_a_two_shard_lab_extraction_is_repaired_once_and_every_shard_verified(
     for shard in (0, 1):
         assert (private_lab.work / "out" / f"hidden_states.{shard}.pt").stat().st_size > 0
     assert not (private_lab.work / "out" / "hidden_states.pt").exists()
+
+
+@pytest.mark.ssh
+def test_shard_runs_over_ssh(sshd: SSHServer, make_fake: MakeFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same shards on a host reached over real SSH (sshd on 127.0.0.1): started, followed and validated
+    through the Host seam; one repair, both shards verified."""
+    monkeypatch.setenv("MEDIC_SSH_CONFIG", sshd.config_path)
+    fake = make_fake(mode="unattended", host=sshd.alias, args=["--shard", "{shard}"],
+                     shards=ShardSettings(shards=2, lead_shard=False))
+    outcome, values = run_session(fake.config)
+    assert outcome == "verified", values.get("outcome_detail")
+    assert [(launch["outcome"], launch["shards"]) for launch in values["launches"]] == [("crashed", [0, 1]),
+                                                                                         ("exited", [0, 1])]
+    assert len(values["patches"]) == 1 and values["verified_shards"] == [0, 1]
+    assert sorted(shard_runs(fake, 2)) == [0, 1]
+
+
+def test_a_launch_killed_between_two_shard_starts_starts_only_the_missing_one(make_fake: MakeFake) -> None:
+    """medic died after the launch's plan and shard 0's start, before shard 1's: the launch again (resume) keeps
+    shard 0's run and starts shard 1 alone."""
+    fake = make_fake(mode="unattended", shards=ShardSettings(shards=2, lead_shard=False))
+    deps = make_deps(fake.config)
+    base, ledger = f"{fake.config.host_dir}/runs/L1", f"{fake.config.host_dir}/launches/L1.json"
+    try:
+        deps.host.run(["mkdir", "-p", f"{fake.config.host_dir}/launches"], timeout=30)
+        deps.host.write_bytes_atomic(ledger, json.dumps({"n": 1, "run": base, "shards": [0, 1]}).encode())
+        first = runs.launch(deps.host, ["sleep", "30"], run_dir=f"{base}/s0")
+        update = launch({"launches": [], "patches": []}, deps)
+        folders = update["run"]["shard_runs"]
+        assert folders["0"] == first.dir and sorted(shard_runs(fake, 1)) == [0, 1]
+        assert [len(found) for found in shard_runs(fake, 1).values()] == [1, 1]  # shard 0 never started twice
+        assert fake.events("launch")[-1]["reattached_shards"] == [0]
+    finally:
+        runs.stop_all(deps.host, [runs.Run.in_dir(folder) for found in shard_runs(fake, 1).values()
+                                  for folder in map(str, found)])
+        deps.trace.close()

@@ -33,12 +33,12 @@ def launch_shards(state: SessionState, deps: Deps, record: LaunchRecord, command
 
     n, kind, host, cfg = record["n"], record.get("kind", "target"), deps.host, deps.config
     update: dict[str, Any] = {}
+    host.run(["mkdir", "-p", f"{cfg.host_dir}/launches/shards"], timeout=30)
     planned = planned_before(deps, ledger)
     if planned is None:
         state, update = before_relaunch(state, deps, kind)
         planned = shards_for(state, cfg, kind)
         nothing_left(deps, kind, planned)
-        host.run(["mkdir", "-p", f"{cfg.host_dir}/launches/shards"], timeout=30)
         host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": base, "shards": planned,
                                                     "at": time.time()}).encode())
     env, unset = job_env(host, cfg.target.env, env_edits(state.get("patches") or []))
