@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent.scheduler import SlurmSettings
+from agent.scheduler import ShardSettings, SlurmSettings
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -81,6 +81,7 @@ class SessionConfig(BaseModel):
     policy_file: str | None = None
     notify: str | None = None  # a shell command told when the session waits for a person, ends or stops
     slurm: SlurmSettings | None = None  # None: detached processes on the host; else Slurm jobs submitted there
+    shards: ShardSettings | None = None  # detached shards (N runs on the host); a Slurm array's are in slurm
     # a fresh session reusing an old id must not inherit its host-side ledger (launches, patches)
     instance: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])
 

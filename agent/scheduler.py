@@ -24,16 +24,22 @@ NEVER_STARTS = frozenset({"PartitionTimeLimit", "PartitionNodeLimit", "Partition
                           "QOSMaxCpuPerJobLimit", "QOSMaxNodePerJobLimit"})
 
 
-class SlurmSettings(BaseModel):
-    """``medic run --scheduler slurm [--partition P] [--sbatch-arg ARG]... [--shards N]``."""
+class ShardSettings(BaseModel):
+    """``medic run --shards N [--no-lead-shard]``: N detached runs on the host (SessionConfig.shards), or, as part of
+    SlurmSettings, a job array. Either way the command's {shard} is the shard's index (agent/shards.py)."""
 
     model_config = ConfigDict(extra="forbid")
-    kind: Literal["slurm"] = "slurm"
-    partition: str | None = None
-    sbatch_args: list[str] = Field(default_factory=list)  # passed to sbatch as given (--time, --mem, --gres…)
-    shards: int = Field(default=1, ge=1, le=10000)  # > 1: a job array; the command's {shard} is the task's index
+    shards: int = Field(default=1, ge=1, le=10000)
     # until one shard is verified, only the lowest unfinished one runs: each fault then costs one shard's
     # launch, not one per shard; once it is verified, every unfinished shard runs at once
     lead_shard: bool = True
+
+
+class SlurmSettings(ShardSettings):
+    """``medic run --scheduler slurm [--partition P] [--sbatch-arg ARG]... [--shards N]``."""
+
+    kind: Literal["slurm"] = "slurm"
+    partition: str | None = None
+    sbatch_args: list[str] = Field(default_factory=list)  # passed to sbatch as given (--time, --mem, --gres…)
     max_resubmits: int = Field(default=3, ge=0)  # resubmits after a transient end (node failure, preemption)
     resubmit_backoff: float = Field(default=10.0, ge=0)  # seconds before the first; doubled for each next one

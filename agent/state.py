@@ -147,7 +147,9 @@ class LaunchRecord(TypedDict, total=False):
     failed_patch: str | None  # the patch whose during-load check failed and stopped this launch
     job_id: str  # the Slurm job (agent/nodes/slurm_launch.py); absent for a detached run
     shards: list[int]  # the array's task ids this launch ran (a sharded session)
-    shard_states: dict[str, str]  # shard -> Slurm state at the end ("COMPLETED", "FAILED", "TIMEOUT", …)
+    shard_runs: dict[str, str]  # detached shards (agent/nodes/shard_runs.py): shard -> its run folder
+    # shard -> Slurm state at the end ("COMPLETED", "FAILED", "TIMEOUT", …); a shard run's: COMPLETED, FAILED, VANISHED
+    shard_states: dict[str, str]
     scheduler_state: str  # the state that decided the outcome (the worst of the shards')
     scheduler_reason: str
     failed_shard: int | None  # the shard whose log diagnose reads

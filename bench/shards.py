@@ -1,6 +1,7 @@
-"""The lab cascade as a sharded Slurm job: shard launches per shard and in total, against the naive way.
+"""The lab cascade as a sharded Slurm job (or as detached shard runs): shard launches per shard and in total,
+against the naive way.
 
-    python bench/shards.py [--shards 4] [--scan] [--lab DIR]
+    python bench/shards.py [--shards 4] [--scan] [--lab DIR] [--scheduler slurm|detached]
 
 A hard-linked copy of the lab (pristine speculators), a one-node Slurm cluster on 127.0.0.1 (lab/slurm_up.sh; started
 and stopped here when none is up), and `medic run --scheduler slurm --shards N` on it: each shard writes its own
@@ -46,13 +47,15 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--scan", action="store_true", help="the static scan first (then only fault #6 needs a run)")
     parser.add_argument("--lab", default=str(DEFAULT_ROOT))
+    parser.add_argument("--scheduler", choices=["slurm", "detached"], default="slurm",
+                        help="detached: N runs on this machine, no cluster")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="medic-bench-shards-"))
     subprocess.run(["cp", "-al", args.lab, str(work / "lab")], check=True)
     lab = LabPaths(work / "lab")
     env = {**os.environ, "MEDIC_HOME": str(work / "home")}
     subprocess.run([*MEDIC, "lab", "reset", "--path", str(lab.root)], env=env, check=True, capture_output=True)
-    started_cluster = not cluster_up()
+    started_cluster = args.scheduler == "slurm" and not cluster_up()
     if started_cluster:
         subprocess.run([str(REPO / "lab" / "slurm_up.sh")], check=True)
     try:
@@ -63,7 +66,7 @@ def main() -> int:
         start = time.monotonic()
         proc = subprocess.run([*MEDIC, "run", "--session", "bench-shards", "--python", str(lab.python),
                                "--workdir", str(lab.work), "--validate", validate, "--traces", str(work / "traces"),
-                               "--scheduler", "slurm", "--shards", str(args.shards), "--max-launches", "20",
+                               "--scheduler", args.scheduler, "--shards", str(args.shards), "--max-launches", "20",
                                *[f"--env={k}={v}" for k, v in RUN_ENV.items()], *flags, "--", *command],
                               env=env, capture_output=True, text=True)
         wall = time.monotonic() - start

@@ -40,7 +40,9 @@ def test_a_scheduler_fault_says_what_slurm_did_and_what_would_change_it() -> Non
 
 
 @pytest.mark.parametrize(("args", "said"), [
-    (["--shards", "2"], "--partition, --sbatch-arg and --shards need --scheduler slurm"),
+    (["--partition", "debug"], "--partition and --sbatch-arg need --scheduler slurm"),
+    (["--shards", "0"], "--shards is a count of shards (1 or more), not 0"),
+    (["--shards", "2", "--server", "serve {port}"], "--shards does not go with --server (one server, one client)"),
     (["--scheduler", "slurm", "--shards", "0"], "--shards is a count of shards (1 or more), not 0"),
 ])
 def test_bad_scheduler_options_are_one_line_and_leave_nothing(args: list[str], said: str, tmp_path: Path) -> None:

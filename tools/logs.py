@@ -3,6 +3,8 @@
 A vLLM log interleaves several processes. A line may carry a process prefix ``(Worker pid=1234) `` (vLLM
 writes it after every ``\\n``, never after ``\\r``), a logger prefix
 ``ERROR 12-02 10:15:01 [multiproc_executor.py:863] ``, ANSI colours, and tqdm redraws separated by ``\\r``.
+Ranks of a distributed job written to one file carry a rank prefix instead: torchrun's ``[rank1]:`` (or
+``[default1]:``, its role and local rank) and ``srun --label``'s ``1: ``; each rank is then a process of its own.
 ``clean_lines`` removes all of that and records what it removed on each ``LogLine``.
 
 ``fingerprint`` and ``frame_origin`` (tools/fingerprint.py) name a failure; ``extract_tracebacks`` and
@@ -68,6 +70,8 @@ _TERMINAL_ESCAPES = re.compile(
     rb"|\x1b[ -/]*[0-~]?"  # any other escape, or a lone ESC
 )
 _PROC_PREFIX = re.compile(r"\((?P<proc>[A-Za-z_][\w\-]*(?: rank=\d+)? pid=\d+)\)")
+# torchrun's ``[rank1]:`` / ``[default1]:`` (role + local rank), srun --label's `` 1: `` (padded to the widest label)
+_RANK_PREFIX = re.compile(r"\[(?P<role>[A-Za-z_]*)(?P<rank>\d{1,6})\]: ?| {0,3}(?P<task>\d{1,6}): ")
 _LEVEL_AND_TIME = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<timestamp>\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)"
 )
@@ -91,6 +95,18 @@ def clean_lines(data: bytes) -> list[LogLine]:
     collapse to the last one."""
     cleaner = LineCleaner()
     return cleaner.feed(data) + cleaner.finish()
+
+
+_RANK_INITIALS = frozenset("[ 0123456789")
+
+
+def _split_rank(raw: str) -> tuple[str | None, str]:
+    """(rank, rest) when ``raw`` starts with a rank prefix (``rank1``, ``default1``, ``task 1``), else (None, raw)."""
+    match = _RANK_PREFIX.match(raw)
+    if match is None or match.end() == len(raw):
+        return None, raw
+    name = f"{match['role']}{match['rank']}" if match["rank"] else f"task {match['task']}"
+    return name, raw[match.end():]
 
 
 def _progress_bar(text: str) -> re.Match[str] | None:
@@ -163,6 +179,11 @@ class LineCleaner:
                     continue
                 raw = raw[:-1]  # vLLM ends the inner lines of a multi-line record with \r\n
             proc, text = self._split_proc(raw) if raw[:1] == "(" else (None, raw)
+            if proc is None and raw[:1] in _RANK_INITIALS:
+                proc, text = _split_rank(raw)
+                if proc is not None and text[:1] == "(":  # a rank's own vLLM processes: ``0: (Worker pid=9) ``
+                    inner, text = self._split_proc(text)
+                    proc = f"{proc} {inner}" if inner else proc
             level, source, timestamp, text = self._split_tag(text) if text[:1] in _LEVEL_INITIALS else (*_NO_TAG, text)
             if level is None and (bar := _progress_bar(text)) is not None:
                 self._emit_bar(LogLine(proc, None, None, text, lineno), bar["desc"].strip())

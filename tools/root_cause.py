@@ -66,6 +66,12 @@ def root_cause(tracebacks: Sequence[Traceback]) -> Traceback | None:
     return min(candidates, key=rank, default=None)
 
 
+def explanatory_level(traceback: Traceback) -> int:
+    """How well ``traceback`` explains a failure, 0 best: a root cause picked from one log is compared with
+    another log's by this (their line numbers mean nothing to each other)."""
+    return _explanatory_rank(traceback)[0]
+
+
 def _all_nodes(traceback: Traceback) -> Iterator[Traceback]:
     for node in chain_of(traceback):
         yield node

@@ -103,8 +103,9 @@ def run(
     partition: Annotated[str | None, typer.Option(help="Slurm partition for the job")] = None,
     sbatch_arg: Annotated[list[str] | None, typer.Option("--sbatch-arg", help="passed to sbatch as given, e.g. "
                                                          "--sbatch-arg=--time=2:00:00 (repeatable)")] = None,
-    shards: Annotated[int, typer.Option(help="a Slurm job array of N shards; {shard} in the command (and "
-                                        "--validate) and $MEDIC_SHARD are the shard's index")] = 1,
+    shards: Annotated[int, typer.Option(help="N shards: N detached runs on the host (a Slurm job array with "
+                                        "--scheduler slurm); {shard} in the command (and --validate, --output) "
+                                        "and $MEDIC_SHARD are the shard's index")] = 1,
     lead_shard: Annotated[bool, typer.Option(help="until one shard is verified, run only one")] = True,
     server: Annotated[str | None, typer.Option(help="a server to start first (its '{port}' is filled in); "
                                                "COMMAND is then its client, run once /health answers")] = None,
@@ -213,16 +214,21 @@ def revert(session: str) -> None:
 
 def with_scheduler(config: SessionConfig, scheduler: str, partition: str | None, sbatch_args: list[str],
                    shards: int, lead_shard: bool) -> SessionConfig:
-    """The --scheduler options, checked together: Slurm's only mean something with --scheduler slurm."""
-    from agent.scheduler import SlurmSettings
+    """The --scheduler options, checked together: Slurm's only mean something with --scheduler slurm; --shards
+    is a job array there, else N detached runs on the host."""
+    from agent.scheduler import ShardSettings, SlurmSettings
 
     if scheduler not in ("detached", "slurm"):
         raise UsageError(f"--scheduler is detached or slurm, not {scheduler!r}")
-    if scheduler == "detached":
-        if partition or sbatch_args or shards != 1:
-            raise UsageError("--partition, --sbatch-arg and --shards need --scheduler slurm")
-        return config
     if shards < 1:
         raise UsageError(f"--shards is a count of shards (1 or more), not {shards}")
+    if scheduler == "detached":
+        if partition or sbatch_args:
+            raise UsageError("--partition and --sbatch-arg need --scheduler slurm")
+        if shards == 1:
+            return config
+        if config.target.server_command:
+            raise UsageError("--shards does not go with --server (one server, one client)")
+        return config.model_copy(update={"shards": ShardSettings(shards=shards, lead_shard=lead_shard)})
     slurm = SlurmSettings(partition=partition, sbatch_args=sbatch_args, shards=shards, lead_shard=lead_shard)
     return config.model_copy(update={"slurm": slurm})

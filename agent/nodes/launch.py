@@ -18,8 +18,10 @@ from agent.codec import check_from_dict
 from agent.deps import Deps, Settings
 from agent.job import with_interpreter
 from agent.nodes.run_handle import RunHandle, log_path, run_handle
+from agent.nodes.shard_runs import run_folders
 from agent.remedies import env_edits, job_env, with_unset
 from agent.repair.types import Check
+from agent.shards import sharding
 from agent.state import CheckResult, LaunchRecord, SessionState
 from tools import runs
 from tools.errors import HostError, HostUnreachable, RunError
@@ -61,6 +63,10 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
         from agent.nodes.slurm_launch import launch_job
 
         return launch_job(state, deps, record, command, base, ledger, substituted(replaced, cfg.target.python))
+    if kind == "target" and sharding(cfg) is not None and not server_update:  # N detached runs, one per shard
+        from agent.nodes.shard_runs import launch_shards
+
+        return launch_shards(state, deps, record, command, base, ledger, substituted(replaced, cfg.target.python))
     earlier = launched_before(deps, base, ledger)
     if earlier:  # launched before medic died: reattach, never launch twice
         record["run_dir"] = earlier
@@ -226,8 +232,8 @@ def poll(deps: Deps, handle: RunHandle, offset: int, last_status: float
 def environment_checks(state: SessionState, deps: Settings) -> list[Check]:
     """What the host needs for this run to finish, checked while it loads (advisory: never blamed on a patch)."""
     record = state.get("run") or {}
-    earlier = [launch_["run_dir"] for launch_ in state.get("launches") or []
-               if launch_.get("run_dir") and launch_.get("n") != record.get("n")]
+    earlier = [folder for launch_ in state.get("launches") or [] if launch_.get("n") != record.get("n")
+               for folder in run_folders(launch_)]
     return [Check("disk_free", deps.config.target.workdir, str(DISK_FREE_MB), when="during_load"),
             Check("free_memory", "host", str(FREE_MEMORY_MB), when="during_load"),
             Check("stale_runs", "session", "|".join(earlier[-5:]), when="during_load")]
@@ -236,8 +242,8 @@ def environment_checks(state: SessionState, deps: Settings) -> list[Check]:
 def end_runs(state: SessionState, deps: Deps) -> None:
     """The session ends: no process of any of its runs may outlive it (one stopped by a failed check, one
     whose wrapper was killed from outside). Each run's wrapper reaps its own on exit; this is for the rest."""
-    folders = [launch_["run_dir"] for launch_ in state.get("launches") or []
-               if launch_.get("run_dir") and not launch_.get("job_id")]
+    folders = [folder for launch_ in state.get("launches") or [] if not launch_.get("job_id")
+               for folder in run_folders(launch_)]
     if deps.config.target.server_command:
         from agent.nodes.server import server_runs
 

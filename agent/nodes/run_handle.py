@@ -1,5 +1,6 @@
-"""One interface for watch over how a launch runs: a detached process on the host (tools/runs.py) or a Slurm job
-(agent/nodes/slurm_launch.py). Follow the log by offset, ask the state, stop it, and say how it ended."""
+"""One interface for watch over how a launch runs: a detached process on the host (tools/runs.py), one per shard
+(agent/nodes/shard_runs.py), or a Slurm job (agent/nodes/slurm_launch.py). Follow the log by offset, ask the state,
+stop it, and say how it ended."""
 
 from __future__ import annotations
 
@@ -48,13 +49,20 @@ def run_handle(deps: Deps, record: LaunchRecord) -> RunHandle:
         from agent.nodes.slurm_launch import SlurmHandle
 
         return SlurmHandle(deps, record)
+    if record.get("shard_runs"):
+        from agent.nodes.shard_runs import ShardRunsHandle
+
+        return ShardRunsHandle(deps, record)
     return DetachedHandle(deps, record)
 
 
 def log_path(record: LaunchRecord) -> str:
-    """The log diagnose reads: the run's, or the failed (else the first) shard's of a Slurm job."""
+    """The log diagnose reads: the run's, or the failed (else the first) shard's of a Slurm job or of shard runs."""
     folder = record["run_dir"].rstrip("/")
-    if not record.get("job_id") or not record.get("shards"):
+    if not record.get("shards") or not (record.get("job_id") or record.get("shard_runs")):
         return f"{folder}/log"
     shard = record.get("failed_shard")
-    return f"{folder}/log.{shard if shard is not None else record['shards'][0]}"
+    shard = shard if shard is not None else record["shards"][0]
+    if record.get("shard_runs"):
+        return f"{(record.get('shard_runs') or {})[str(shard)].rstrip('/')}/log"
+    return f"{folder}/log.{shard}"

@@ -13,12 +13,14 @@ import time
 from typing import Any
 
 from agent.deps import Deps
+from agent.nodes.shard_logs import explaining_shard
+from agent.nodes.shard_validate import before_relaunch, nothing_left
 from agent.remedies import env_edits, job_env, with_unset
 from agent.repair.types import Fault
 from agent.scheduler import DETERMINISTIC_STATES, NEVER_STARTS, TRANSIENT_STATES, SlurmSettings
+from agent.shards import shards_for
 from agent.state import LaunchRecord, SessionState
 from tools import runs, slurm
-from tools.errors import RunError
 
 
 def settings(deps: Deps) -> SlurmSettings:
@@ -29,17 +31,6 @@ def settings(deps: Deps) -> SlurmSettings:
 def job_name(deps: Deps, n: int) -> str:
     """What ``squeue`` shows: medic, the session, its instance and the launch (unique, so a lookup by name is exact)."""
     return f"medic-{deps.config.session_id}-{deps.config.instance}-L{n}"
-
-
-def shards_for(state: SessionState, deps: Deps, kind: str) -> list[int]:
-    """The shards launch ``kind`` runs: none for a plain job or the canary; else the unverified ones (only the
-    lowest of them while none is verified and lead_shard is on)."""
-    config = settings(deps)
-    if kind != "target" or config.shards <= 1:
-        return []
-    verified = set(state.get("verified_shards") or [])
-    left = [k for k in range(config.shards) if k not in verified]
-    return left[:1] if config.lead_shard and not verified else left
 
 
 def launch_job(state: SessionState, deps: Deps, record: LaunchRecord, command: list[str], base: str,
@@ -55,19 +46,11 @@ def launch_job(state: SessionState, deps: Deps, record: LaunchRecord, command: l
                                          "shards": list(job.shards), "reattached": True})
     else:
         config = settings(deps)
-        if kind == "target" and config.shards > 1:  # shards that finished while another crashed: run again?
-            from agent.nodes.shard_validate import finished_unverified, verify_finished
-            from agent.nodes.validate import validate
-
-            more = verify_finished(state, deps, finished_unverified(state), validate)
-            if more:
-                state = {**state, "verified_shards": sorted({*(state.get("verified_shards") or []), *more})}
-                update["verified_shards"] = state["verified_shards"]
+        state, update = before_relaunch(state, deps, kind)
         host.run(["mkdir", "-p", f"{deps.config.host_dir}/launches"], timeout=30)
         env, unset = job_env(host, deps.config.target.env, env_edits(state.get("patches") or []))
-        shards = shards_for(state, deps, kind)
-        if kind == "target" and config.shards > 1 and not shards:
-            raise RunError("every shard is verified already: nothing left to submit")
+        shards = shards_for(state, deps.config, kind)
+        nothing_left(deps, kind, shards)
         job = slurm.submit(host, with_unset(command, unset), run_dir=base, job_name=name,
                            cwd=deps.config.target.workdir, env=env, partition=config.partition,
                            sbatch_args=config.sbatch_args, shards=shards)
@@ -118,6 +101,7 @@ class SlurmHandle:
         self.last: dict[int | None, slurm.TaskState] = {}
         self.reason = ""
         self.stuck = ""
+        self.restarts = 0
 
     def follow(self, offset: int) -> runs.LogChunk:
         return slurm.follow(self.deps.host, self.job, offset, self.lead)
@@ -127,6 +111,11 @@ class SlurmHandle:
 
     def status(self) -> runs.RunStatus:
         self.last = slurm.states(self.deps.host, self.job)
+        restarts = max((s.restarts for s in self.last.values()), default=0)
+        if restarts > self.restarts:  # Slurm requeued it (scontrol requeue, a preemption that requeues): the
+            self.restarts = restarts  # same job runs again, no fault; its log goes on (--open-mode=append)
+            self.deps.record("scheduler", "watch", {"job_id": self.job.job_id, "state": "REQUEUED",
+                                                    "reason": f"restart {restarts}", "launch": self.record["n"]})
         pending = [s for s in self.last.values() if s.state == "PENDING"]
         reason = pending[0].reason if pending else ""
         if reason != self.reason:  # why it waits, once per change: Priority, Resources, BeginTime…
@@ -159,6 +148,9 @@ class SlurmHandle:
             record["failed_shard"] = self.lead
             return "scheduler:PENDING"
         outcome, task = classify(list(tasks.values()))
+        failed = {t.shard: self.job.log(t.shard) for t in tasks.values() if t.state == "FAILED" and t.shard is not None}
+        if outcome == "crashed" and len(failed) > 1:  # one log per shard: the one that explains it
+            task = tasks[explaining_shard(self.deps, failed)]
         if task is None:
             record["exit_code"] = 0
             return outcome

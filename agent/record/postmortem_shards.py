@@ -1,5 +1,6 @@
-"""The postmortem's Slurm part: which job each launch was, each shard's launches (which finished verified, which
-were resubmitted), and how much shard-time each fault cost (the launch's seconds times the shards it ran)."""
+"""The postmortem's Slurm and shards part: which job each launch was (a Slurm job, or detached shard runs), each
+shard's launches (which finished verified, which were resubmitted), and how much shard-time each fault cost (the
+launch's seconds times the shards it ran)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ def shard_lines(trace: Trace) -> list[str]:
     current: dict[str, Any] | None = None
     for ev in trace.events:
         d = ev.data
-        if ev.kind == "launch" and d.get("job_id"):
-            current = {"n": d.get("n"), "job": d.get("job_id"), "shards": list(d.get("shards") or []),
+        if ev.kind == "launch" and (d.get("job_id") or d.get("shard_runs")):
+            current = {"n": d.get("n"), "job": d.get("job_id") or "detached", "shards": list(d.get("shards") or []),
                        "seconds": 0.0, "outcome": ""}
             launches.append(current)
         elif ev.kind == "run_end" and current is not None:
@@ -34,7 +35,9 @@ def shard_lines(trace: Trace) -> list[str]:
             resubmits.append(f"L{d.get('launch')} after {d.get('state')}")
     if not launches:
         return []
-    out = ["", "## Slurm jobs", "", "| launch | job | shards | outcome | seconds |", "|---|---|---|---|---|"]
+    slurm = any(j["job"] != "detached" for j in launches)
+    out = ["", "## Slurm jobs" if slurm else "## Shards (detached runs)", "",
+           "| launch | job | shards | outcome | seconds |", "|---|---|---|---|---|"]
     out += [f"| L{j['n']} | {j['job']} | {','.join(map(str, j['shards'])) or '-'} | {j['outcome'] or '-'} | "
             f"{j['seconds']:.0f} |" for j in launches]
     shards = sorted({k for j in launches for k in j["shards"]})

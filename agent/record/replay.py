@@ -123,6 +123,8 @@ class _Replay:
             record: LaunchRecord = {"n": d.get("n", 0), "kind": d.get("kind", "target"),
                                     "run_dir": d.get("run_dir", ""), "started": ev.ts, "exit_code": None,
                                     "phases": {}, "checks_during_load": []}
+            if d.get("shard_runs"):  # detached shards: their folders are what the stale-runs check names
+                record["shard_runs"] = dict(d["shard_runs"])
             s["launches"] = [*s.get("launches", []), record]
             s["run"] = record
             self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]

@@ -83,7 +83,8 @@ class View:
             "scan": f"[bold]scan[/] {s('summary')}",
             "launch": f"[bold]launch {s('n')}[/] ({s('kind')}) "
                       + (f"Slurm job {s('job_id')}" + (f" shards {s('shards')}" if data.get("shards") else "") + " "
-                         if data.get("job_id") else "") + s("run_dir"),
+                         if data.get("job_id") else f"shards {s('shards')} " if data.get("shards") else "")
+                      + s("run_dir"),
             "scheduler": f"  Slurm job {s('job_id')}: {s('state')} ({s('reason')})",
             "resubmit": (f"[red]Slurm ended the job {s('state')} again[/]: resubmits spent" if data.get("given_up")
                          else f"[yellow]resubmit[/] after {s('state')} (no patch), in {s('backoff')}s"),
