@@ -155,6 +155,7 @@ class LaunchRecord(TypedDict, total=False):
     failed_shard: int | None  # the shard whose log diagnose reads
     server: int  # a client run: the server load (ServerRecord n) it ran against
     server_log_offset: int  # the size of that server's log when the client started (its part of the log)
+    server_run_dir: str  # that server's run folder: a client whose server ended has ended too
 
 
 class ServerRecord(TypedDict, total=False):

@@ -213,3 +213,54 @@ def test_medic_killed_while_the_client_runs_resumes_against_the_same_server(tmp_
               if '"kind": "server"' in line]
     assert events.count("started") == 1
     assert gone(int(ready[0]["pid"]))
+
+
+SPLIT = '''            body = urlsplit(self.path, scheme="", allow_fragments=True, strict=True).path.encode()'''
+DYING_SERVER = SERVER.replace(SPLIT, '''            try:
+                body = urlsplit(self.path, scheme="", allow_fragments=True, strict=True).path.encode()
+            except Exception:  # as vLLM's engine does: the traceback, then the whole server goes
+                import os, traceback
+                traceback.print_exc()
+                sys.stderr.flush()
+                os._exit(1)''')
+RETRYING_CLIENT = """import sys, time
+from http.client import HTTPConnection
+
+while True:
+    try:
+        conn = HTTPConnection("127.0.0.1", int(sys.argv[1]))
+        conn.request("GET", "/v1/hidden")
+        body = conn.getresponse().read().decode()
+        break
+    except OSError as exc:
+        print("retrying:", exc, flush=True)
+        time.sleep(0.5)
+assert body == "/v1/hidden", body
+open("out.txt", "w").write("ok")
+"""
+
+
+def test_a_server_that_dies_under_a_retrying_client_ends_the_client_run(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server logs its traceback and exits on the first request; the client retries for ever and prints no
+    traceback. medic stops the client once its server is gone (not at the launch timeout), reads the server's
+    traceback as the fault, fixes the server and restarts it: the second client run verifies."""
+    assert DYING_SERVER != SERVER
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    config = job(tmp_path)
+    work = Path(config.target.workdir)
+    (work / "server.py").write_text(DYING_SERVER)
+    (work / "client.py").write_text(RETRYING_CLIENT)
+    target = config.target.model_copy(update={"server_command": ["python", "server.py", "{port}"],
+                                              "library_packages": ["http", "urllib"]})
+    budgets = config.budgets.model_copy(update={"launch_timeout": 300.0})
+    config = config.model_copy(update={"target": target, "session_id": "small-dies", "budgets": budgets})
+    outcome, values = run_session(config)
+    assert outcome == "verified", values.get("outcome_detail")
+    first = values["launches"][0]
+    assert first["kind"] == "target" and first["outcome"] == "crashed"
+    assert first["ended"] - first["started"] < 60  # stopped with its server, not at the 300 s launch timeout
+    fault = values["faults"][0]
+    assert fault["side"] == "server" and "strict" in fault["message"]
+    assert values["patches"][0]["patch"]["files"][0]["path"].endswith("/server.py")
+    assert [e["event"] for e in server_events(config)][:3] == ["started", "ready", "gone"]

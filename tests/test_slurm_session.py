@@ -247,3 +247,21 @@ def test_only_the_shard_that_did_not_finish_runs_again(make_fake: MakeFake) -> N
     before = [(e["shard"], e["verified"]) for e in fake.events("shard") if e.get("before_launch")]
     assert before == [(0, True), (2, True)]  # checked before the relaunch, so never run again
     assert replay(fake.trace_path).first_divergence is None
+
+
+@pytest.mark.ssh
+def test_a_whole_session_on_a_login_node_over_ssh(sshd, make_fake: MakeFake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """medic on one machine, Slurm's client commands on a login node it reaches over real SSH (sshd on
+    127.0.0.1): sbatch, squeue/sacct and the job's output file all go through paramiko; the fault is repaired
+    once and the resubmitted job verifies; one job per launch, as the cluster itself says."""
+    monkeypatch.setenv("MEDIC_SSH_CONFIG", sshd.config_path)
+    fake = make_fake(mode="unattended", host=sshd.alias, slurm=SlurmSettings())
+    outcome, values = run_session(fake.config)
+    assert outcome == "verified", values.get("outcome_detail")
+    header = json.loads(fake.trace_path.read_text().splitlines()[0])
+    assert header["host"] != "local"
+    assert [launch["outcome"] for launch in values["launches"]] == ["crashed", "exited"]
+    assert all(launch.get("job_id") for launch in values["launches"])
+    assert all(len(jobs_named(job_name(fake, n))) == 1 for n in (1, 2))
+    assert len(values["patches"]) == 1
+    assert replay(fake.trace_path).first_divergence is None

@@ -90,6 +90,7 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     if server_update:
         server = server_update["servers"][-1]
         record["server"], record["server_log_offset"] = server["n"], server.get("log_offset", 0)
+        record["server_run_dir"] = server["run_dir"]
     return {**server_update, "launches": [*launches, record], "run": record}
 
 

@@ -1,6 +1,6 @@
-"""One interface for watch over how a launch runs: a detached process on the host (tools/runs.py), one per shard
-(agent/nodes/shard_runs.py), or a Slurm job (agent/nodes/slurm_launch.py). Follow the log by offset, ask the state,
-stop it, and say how it ended."""
+"""One interface for watch over how a launch runs: a detached process on the host (tools/runs.py), the client of
+a two-process job, one per shard (agent/nodes/shard_runs.py), or a Slurm job (agent/nodes/slurm_launch.py).
+Follow the log by offset, ask the state, stop it, and say how it ended."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Protocol
 
 from agent.deps import Deps
 from agent.state import LaunchRecord
-from tools import runs
+from tools import runs, server_job
 
 
 class RunHandle(Protocol):
@@ -44,6 +44,23 @@ class DetachedHandle:
         return "exited" if status.exit_code == 0 else "crashed"
 
 
+class ClientHandle(DetachedHandle):
+    """The client of a two-process job. Its server ending ends it too: a client retrying a dead server waits out
+    its own timeouts, and the server's traceback, which diagnose reads, is already written."""
+
+    def __init__(self, deps: Deps, record: LaunchRecord) -> None:
+        super().__init__(deps, record)
+        self.server = runs.Run.in_dir(record["server_run_dir"])
+
+    def status(self) -> runs.RunStatus:
+        status = super().status()
+        if status.state == "running" and not server_job.alive(self.deps.host, self.server):
+            self.deps.record("warning", "watch", {"message": "the server ended under its client: client stopped"})
+            self.stop()
+            status = super().status()
+        return status
+
+
 def run_handle(deps: Deps, record: LaunchRecord) -> RunHandle:
     if record.get("job_id"):
         from agent.nodes.slurm_launch import SlurmHandle
@@ -53,6 +70,8 @@ def run_handle(deps: Deps, record: LaunchRecord) -> RunHandle:
         from agent.nodes.shard_runs import ShardRunsHandle
 
         return ShardRunsHandle(deps, record)
+    if record.get("server_run_dir"):
+        return ClientHandle(deps, record)
     return DetachedHandle(deps, record)
 
 
