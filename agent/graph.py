@@ -147,7 +147,7 @@ def confirm(state: SessionState, deps: Deps) -> dict[str, Any]:
     return {"outcome": "rejected", "outcome_detail": f"launch {n} was not confirmed: {reason}"}
 
 
-def budget_stop(state: SessionState, deps: Deps) -> dict[str, Any]:
+def budget_stop(state: SessionState, deps: Settings) -> dict[str, Any]:
     if state.get("outcome"):
         return {}
     launches = target_launches(state)

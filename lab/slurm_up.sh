@@ -64,7 +64,11 @@ JobCompLoc=$S/jobcomp.log
 MinJobAge=300
 ReturnToService=2
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$CPUS RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+# a higher tier on the same node, as on a shared cluster: a job there cancels (PREEMPTED) what runs in debug
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2
 EOC
 mv -f $CONF.tmp $CONF
 M="--socket=$S/munge/munge.socket.2"

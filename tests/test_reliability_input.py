@@ -98,7 +98,8 @@ def kill_log_when_launched(fake: Fake, how: str) -> subprocess.CompletedProcess[
 
 @pytest.mark.parametrize("how", ["vanished", "unreadable"])
 def test_a_log_that_vanishes_or_cannot_be_read(make_fake: MakeFake, how: str) -> None:
-    fake = make_fake(mode="unattended", session_id=f"log-{how}", seconds=3.0)
+    # a job long enough that its log goes while it runs, even on a loaded machine (3 s was not, once)
+    fake = make_fake(mode="unattended", session_id=f"log-{how}", seconds=10.0)
     done = kill_log_when_launched(fake, how)
     check(f"{how} log", one_line(done, "run") and trace_whole(fake))
 

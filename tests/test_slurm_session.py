@@ -265,3 +265,41 @@ def test_a_whole_session_on_a_login_node_over_ssh(sshd, make_fake: MakeFake, mon
     assert all(len(jobs_named(job_name(fake, n))) == 1 for n in (1, 2))
     assert len(values["patches"]) == 1
     assert replay(fake.trace_path).first_divergence is None
+
+
+def test_a_preempted_job_is_resubmitted_without_a_patch(make_fake: MakeFake) -> None:
+    """A job in the higher-tier partition needs the whole node while medic's job holds it: Slurm cancels medic's
+    job as PREEMPTED (lab/slurm_up.sh: partition_prio, PreemptMode=CANCEL). medic submits the same job again
+    once the node is free, no diagnose, no patch; the code fault after it is repaired as usual. Last in this
+    module: the urgent job would preempt any job of the debug partition, the background time-limit one too."""
+    deadline = time.monotonic() + 180
+    while subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, "the cluster never emptied"
+        time.sleep(1)
+    # long enough that the preemption lands before the job reaches its fault, on a loaded machine too
+    fake = make_fake(mode="unattended", seconds=10.0,
+                     slurm=SlurmSettings(sbatch_args=["--exclusive"], resubmit_backoff=0.5))
+    urgent: list[str] = []
+
+    def preempt() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "line 000003" not in read_logs(fake):
+            time.sleep(0.2)
+        out = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "--exclusive", "-o", "/dev/null",
+                              "--wrap", "sleep 1"], capture_output=True, text=True, check=True)
+        urgent.append(out.stdout.strip())
+
+    thread = threading.Thread(target=preempt, daemon=True)
+    thread.start()
+    try:
+        outcome, values = run_session(fake.config)
+    finally:
+        thread.join(timeout=90)
+    assert urgent
+    assert values["launches"][0]["outcome"] == "scheduler:PREEMPTED"
+    assert outcome == "verified", values.get("outcome_detail")
+    kinds = [e["kind"] for e in fake.trace]
+    first_launch2 = [i for i, e in enumerate(fake.trace) if e["kind"] == "launch"][1]
+    assert "resubmit" in kinds[:first_launch2] and "fault" not in kinds[:first_launch2]
+    assert values["resubmits"] == 1 and len(values["patches"]) == 1
+    assert replay(fake.trace_path).first_divergence is None

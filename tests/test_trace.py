@@ -225,3 +225,16 @@ def test_secrets_never_reach_the_trace(tmp_path: Path) -> None:
     assert blob.count("[REDACTED]") >= 4
     trace = read_trace(path)
     assert SECRET not in postmortem_markdown(trace) + postmortem_html(trace)
+
+
+def test_a_session_that_spends_its_budget_replays_to_the_same_outcome(make_fake) -> None:
+    """One launch allowed: the fault is repaired, and the budget stops the session before the relaunch. Replay
+    re-decides the stop (budget_stop's outcome) and finds the exit event agrees."""
+    from agent.config import Budgets
+    from agent.session import run_session
+
+    fake = make_fake(mode="unattended", budgets=Budgets(max_launches=1))
+    outcome, values = run_session(fake.config)
+    assert outcome == "budget" and len(values["patches"]) == 1
+    result = replay(fake.trace_path)
+    assert result.first_divergence is None and result.events_compared >= 5

@@ -250,8 +250,12 @@ class _Replay:
         ran_results = [cast(CheckResult, dict(e.data)) for e in ran_events]  # the verify node recorded these
         after: SessionState = {**s, "verifications": [*s.get("verifications", []), *ran_results]}
         self.now = ran_events[-1].ts if ran_events else ev.ts
-        self.expect(ev, "after_verify", graph.after_verify(after, self.deps),
-                    rest[len(_until(rest, *NODE_OF)):])
+        chosen = graph.after_verify(after, self.deps)
+        if chosen == "budget_stop":  # the node's own effect: the outcome the exit event must show
+            spent = graph.budget_stop(s, self.deps)
+            if spent:
+                s["outcome"], s["outcome_detail"] = spent["outcome"], spent["outcome_detail"]
+        self.expect(ev, "after_verify", chosen, rest[len(_until(rest, *NODE_OF)):])
 
     def check(self, ev: Event) -> None:
         s, d = self.state, ev.data
