@@ -20,16 +20,7 @@ if [ -e $CONF ] && ! grep -qxF "$MARK" $CONF; then
 fi
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 up() { case "$(timeout 5 sinfo -h -o %T 2>/dev/null)" in idle|mixed|allocated) return 0 ;; esac; return 1; }
-if alive $S/slurmctld.pid && alive $S/slurmd.pid && up; then
-  exit 0  # already up (a dead slurmctld would make sinfo retry for seconds: its pid is asked first)
-fi
-
-mkdir -p $S/state $S/spool $S/log /etc/slurm
-install -d -o munge -g munge -m 711 $S/munge      # munged insists on o+x on its socket folder
-if [ ! -s $S/munge/munge.key ]; then
-  mungekey --create --keyfile=$S/munge/munge.key
-  chown munge:munge $S/munge/munge.key; chmod 600 $S/munge/munge.key
-fi
+mkdir -p /etc/slurm
 cat > $CONF.tmp <<EOC
 $MARK
 ClusterName=medic
@@ -70,6 +61,20 @@ PreemptMode=CANCEL
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2
 EOC
+if alive $S/slurmctld.pid && alive $S/slurmd.pid && up && cmp -s $CONF.tmp $CONF; then
+  rm -f $CONF.tmp
+  exit 0  # already up (a dead slurmctld would make sinfo retry for seconds: its pid is asked first)
+fi
+if { alive $S/slurmctld.pid || alive $S/slurmd.pid; } && ! cmp -s $CONF.tmp $CONF; then
+  "$(dirname "$0")/slurm_down.sh"  # started with another slurm.conf (an older medic's): start it afresh
+fi
+
+mkdir -p $S/state $S/spool $S/log
+install -d -o munge -g munge -m 711 $S/munge      # munged insists on o+x on its socket folder
+if [ ! -s $S/munge/munge.key ]; then
+  mungekey --create --keyfile=$S/munge/munge.key
+  chown munge:munge $S/munge/munge.key; chmod 600 $S/munge/munge.key
+fi
 mv -f $CONF.tmp $CONF
 M="--socket=$S/munge/munge.socket.2"
 if ! munge -n $M >/dev/null 2>&1; then
