@@ -21,14 +21,14 @@ import json
 import re
 
 from agent.repair.context import candidate, evidence_line, library_definitions, read_source
-from agent.repair.edits import Source, insert_before_statement, replace_span
+from agent.repair.derived_members import NO_ATTRIBUTE
+from agent.repair.edits import Source, callee_name, insert_before_statement, replace_span
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
 
 NO_METADATA = re.compile(r"No package metadata was found for (?P<name>[\w.-]+)")
 ASSUMED_TRUE = re.compile(r"\b(?P<kw>[a-z][a-z0-9_]*)=True\b")
-NO_ATTRIBUTE = re.compile(r"'(?P<cls>\w+)' object has no attribute '(?P<attr>\w+)'")
 METADATA_CALLS = {"version", "distribution", "metadata", "requires", "files", "entry_points"}
 PREDICATES = ("is_{}_available", "is_{}_supported")
 PREDICATE_DEF = r"^def (is_\w+_(?:available|supported))\("
@@ -68,7 +68,7 @@ def distribution_name(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         if src is None:
             continue
         asks = [node.args[0] for node in ast.walk(src.tree) if isinstance(node, ast.Call) and node.args
-                and called_name(node) in METADATA_CALLS and node.lineno <= frame.line <= (node.end_lineno or 0)
+                and callee_name(node) in METADATA_CALLS and node.lineno <= frame.line <= (node.end_lineno or 0)
                 and isinstance(node.args[0], ast.Constant) and node.args[0].value == name]
         if not asks:
             continue
@@ -94,11 +94,6 @@ def distribution_of(ctx: RepairContext, name: str) -> str | None:
             "print(json.dumps(found))"))
     dists = ctx.memo[memo]
     return str(dists[0]) if isinstance(dists, list) and len(dists) == 1 and dists[0] != name else None
-
-
-def called_name(call: ast.Call) -> str | None:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
 
 
 # -- a capability assumed ---------------------------------------------------------------------------------

@@ -19,8 +19,8 @@ import json
 import re
 
 from agent.repair.context import library_definitions, read_source
-from agent.repair.derived_platform import METADATA_CALLS, called_name, distribution_of, library_predicate
-from agent.repair.edits import Source
+from agent.repair.derived_platform import METADATA_CALLS, distribution_of, library_predicate
+from agent.repair.edits import Source, callee_name
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -80,7 +80,7 @@ def platform_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
 def metadata_findings(ctx: RepairContext, src: Source) -> list[Fault]:
     faults = []
     for call, guarded in calls_with_guard(src.tree):
-        if guarded or called_name(call) not in METADATA_CALLS or not call.args:
+        if guarded or callee_name(call) not in METADATA_CALLS or not call.args:
             continue
         arg = call.args[0]
         if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
