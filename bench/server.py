@@ -11,7 +11,6 @@ Last line: ``server_loads=<n> client_runs=<n> naive_server_loads=<n> verified=<0
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -25,6 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 from agent.cli.run import lab_target  # noqa: E402
 from agent.config import Budgets, SessionConfig  # noqa: E402
+from agent.record.postmortem_server import server_counts  # noqa: E402
+from agent.record.tracefile import read_trace  # noqa: E402
 from agent.session import run_session  # noqa: E402
 from lab.build import LabPaths, clone_venv  # noqa: E402
 from lab.server_lab import ServerLabBuilder, server_root  # noqa: E402
@@ -43,16 +44,6 @@ def private_copy(dest: Path) -> Path:
     return dest
 
 
-def figures(trace: Path, values: dict, verified: bool) -> dict[str, int]:
-    rows = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
-    started = [r for r in rows if r.get("kind") == "server" and r["data"].get("event") == "started"]
-    clients = [launch for launch in values.get("launches") or [] if launch.get("kind") == "target"]
-    # the naive strategy has no scan and no live server: every fault, wherever medic found it, costs one whole
-    # load of the server and a client run; the run that verifies is one more
-    return {"server_loads": len(started), "client_runs": len(clients),
-            "naive_server_loads": len(values.get("faults") or []) + int(verified)}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keep", action="store_true", help="keep the private lab and the trace")
@@ -67,7 +58,9 @@ def main() -> int:
         started = time.monotonic()
         outcome, values = run_session(config)
         wall = time.monotonic() - started
-        got = figures(work / "traces" / "bench-server.jsonl", values, outcome == "verified")
+        # the naive strategy has no scan and no live server: every fault, wherever medic found it, costs one
+        # whole load of the server; the run that verifies is one more (the postmortem counts the same)
+        got = server_counts(read_trace(work / "traces" / "bench-server.jsonl"))
         for fault in values.get("faults") or []:
             print(f"fault [{fault.get('stage')}, {fault.get('side') or 'before any load'}] {fault.get('exc_type')}: "
                   f"{str(fault.get('message'))[:160]}")

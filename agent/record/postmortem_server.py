@@ -10,22 +10,27 @@ from __future__ import annotations
 from agent.record.tracefile import Trace
 
 
-def server_lines(trace: Trace) -> list[str]:
-    servers = [e.data for e in trace.events if e.kind == "server"]
-    if not servers:
-        return []
-    started = [d for d in servers if d.get("event") == "started"]
-    ready = [d for d in servers if d.get("event") == "ready"]
-    clients = [e.data for e in trace.events if e.kind == "launch" and e.data.get("kind") == "target"]
+def server_counts(trace: Trace) -> dict[str, int]:
+    """Server loads, client runs, and the naive strategy's loads (bench/server.py prints these three)."""
+    started = [e for e in trace.events if e.kind == "server" and e.data.get("event") == "started"]
+    clients = [e for e in trace.events if e.kind == "launch" and e.data.get("kind") == "target"]
     faults = sum(1 for e in trace.events if e.kind == "fault")
     verified = any(e.kind == "exit" and e.data.get("outcome") == "verified" for e in trace.events)
-    naive = faults + int(verified)
-    saved = max(0, naive - len(started))
+    return {"server_loads": len(started), "client_runs": len(clients), "naive_server_loads": faults + int(verified)}
+
+
+def server_lines(trace: Trace) -> list[str]:
+    ready = [e.data for e in trace.events if e.kind == "server" and e.data.get("event") == "ready"]
+    if not any(e.kind == "server" for e in trace.events):
+        return []
+    counts = server_counts(trace)
+    naive = counts["naive_server_loads"]
+    saved = max(0, naive - counts["server_loads"])
     loads = ", ".join(f"S{d.get('n')} port {d.get('port')} pid {d.get('pid')}: ready after {d.get('seconds')} s"
                       for d in ready)
     target = (trace.header.get("config") or {}).get("target") or {}
     command = " ".join(target.get("server_command") or [])
     return [f"server: `{command}`" if command else "server: (none named)",
-            f"server loads: {len(started)} ({loads or 'none ready'}), client runs: {len(clients)}; "
+            f"server loads: {counts['server_loads']} ({loads or 'none ready'}), client runs: {counts['client_runs']}; "
             f"the naive strategy (restart everything after every fault) would load the server {naive} time(s): "
             f"{saved} reload(s) saved"]
