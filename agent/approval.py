@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.codec import patch_to_dict
+from agent.codec import patch_to_dict, proposal_of
 from agent.deps import Deps
-from agent.nodes.patching import proposal_of
 from agent.state import CandidateData, PatchData, SessionState
 from tools.errors import PatchError, SessionError, UsageError
 from tools.host import Host

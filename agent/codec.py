@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import Any, cast
 
 from agent.repair.types import Candidate, Check, Fault, Finding, FrameRef
-from agent.state import CandidateData, CheckData, FaultData, PatchData
+from agent.state import CandidateData, CheckData, FaultData, PatchData, SessionState
 from tools.patches import Patch
 
 
@@ -60,3 +60,11 @@ def candidate_from_dict(data: CandidateData) -> Candidate:
 
 def patch_diff(data: CandidateData) -> str:
     return "".join(f["diff"] for f in data["patch"].get("files", ()))
+
+
+def proposal_of(state: SessionState) -> CandidateData:
+    """The candidate the routers sent a node with (they route to approve/apply/verify only with one)."""
+    proposal = state.get("proposal")
+    if proposal is None:
+        raise RuntimeError("no proposal in the state: a router sent a node here without one")
+    return proposal

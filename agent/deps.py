@@ -1,4 +1,4 @@
-"""What the graph's nodes are given: host, config, repair engine, trace and view. Passed in, never global."""
+"""What the graph's nodes are given: host, config, launcher, repair engine, trace and view. Passed in, never global."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any, Protocol
 
 from agent.config import SessionConfig
 from agent.events import EventKind
+from agent.launchers import launcher_for
+from agent.launchers.base import Launcher, LauncherDeps
 from agent.record.trace import TraceWriter
 from agent.record.view import View
 from agent.repair.engine import RepairEngine
@@ -39,6 +41,12 @@ class Deps:
     # what the library answered (signatures, protocols, device probes): it does not change within a session,
     # and each answer costs an import of vLLM in the target env, so the scan's every pass and the repairs share it
     library_memo: dict[str, Any] = field(default_factory=dict)
+    # how launches run (detached, shard runs, Slurm, a server first): picked from the config, in one place
+    launcher: Launcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.launcher = launcher_for(LauncherDeps(self.host, self.config, self.record, self.clock,
+                                                  self.poll_interval))
 
     def context(self, state: SessionState) -> RepairContext:
         """The repair context, rebuilt from what preflight recorded (so a resumed session has it too)."""

@@ -11,9 +11,11 @@
     watch ─(Slurm: node failure, preemption)─► resubmit ─► launch;  resubmit ─(resubmits spent)─► report
     repair ─(nothing left for a scan fault)─► scan;  repair ─(nothing left)─► report
 
-A two-process job (``--server``) has no node of its own: launch first makes sure a server is up (started, or
-the live one reused; restarted after a server-side fix, agent/nodes/server.py), then starts the client, which
-watch follows; a server that dies while it loads is watched and diagnosed as the launch that crashed.
+How a launch runs — one detached process, shard runs, a Slurm job or array, a server and then its client — is
+the session's launcher (agent/launchers/), picked from the config once: launch asks it to start, watch follows
+its RunHandle, diagnose reads the log it names and asks it to explain the end (how Slurm ended a job, which side
+of a two-process job failed), report asks it to end every run. No node branches on the way of running; a server
+that dies while it loads is watched and diagnosed as the launch that crashed.
 
 Every fault goes through the one repair → [approve/policy] → apply → verify → revert path, whoever found it
 (scan, canary, crash, validator); ``[x]`` is a node a router may skip. A Slurm job's deterministic ends (time
@@ -29,16 +31,19 @@ from typing import Any, Literal, get_args, get_type_hints
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
+from agent.codec import proposal_of
 from agent.deps import Deps, Settings
+from agent.job import on_canary, target_launches
 from agent.nodes.diagnose import diagnose
-from agent.nodes.launch import launch, on_canary, target_launches, watch
-from agent.nodes.patching import apply, predicted, proposal_of, repair, revert, verify, verify_passed
+from agent.nodes.launch import launch
+from agent.nodes.patching import apply, predicted, repair, revert, verify, verify_passed
 from agent.nodes.preflight import preflight
 from agent.nodes.report import report
 from agent.nodes.resubmit import resubmit
 from agent.nodes.scan import scan
-from agent.nodes.slurm_launch import transient
 from agent.nodes.validate import validate
+from agent.nodes.watch import watch
+from agent.scheduler import transient
 from agent.state import SessionState
 
 
@@ -103,7 +108,7 @@ def after_verify(state: SessionState, deps: Settings) -> Literal["scan", "launch
         return "revert"
     if predicted(state.get("fault")):
         return "scan"  # no launch yet: the next finding, or the first launch
-    if target_launches(state) >= deps.config.budgets.max_launches and not on_canary(state, deps):
+    if target_launches(state) >= deps.config.budgets.max_launches and not on_canary(state, deps.config):
         return "budget_stop"
     if deps.clock() - (state.get("started") or deps.clock()) > deps.config.budgets.max_wall:
         return "budget_stop"

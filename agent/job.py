@@ -12,7 +12,8 @@ import posixpath
 import re
 from collections.abc import Sequence
 
-from agent.config import Target
+from agent.config import SessionConfig, Target
+from agent.state import SessionState
 from tools import source as src_tools
 from tools.errors import MedicError, UsageError
 from tools.host import Host
@@ -32,6 +33,30 @@ def with_interpreter(command: Sequence[str], python: str) -> tuple[list[str], st
     if words and BARE_PYTHON.fullmatch(words[0]):
         return [python, *words[1:]], words[0]
     return words, None
+
+
+def substituted(replaced: str | None, python: str) -> dict[str, dict[str, str | None]]:
+    """For the trace: which bare interpreter name of the command was run as the target's python."""
+    return {"interpreter": {"given": replaced, "ran": python}} if replaced else {}
+
+
+def canary_commands(state: SessionState, config: SessionConfig) -> tuple[list[str] | None, list[str] | None]:
+    """(run, validate) commands of the canary: given in the config, or derived by preflight."""
+    target = config.target
+    if target.canary_command:
+        return target.canary_command, target.canary_validate_command
+    derived = (state.get("preflight") or {}).get("canary") or {}
+    return derived.get("command"), derived.get("validate")
+
+
+def on_canary(state: SessionState, config: SessionConfig) -> bool:
+    """The canary runs first, until its output is verified: each fault it finds costs no big-model load."""
+    return bool(config.canary and canary_commands(state, config)[0] and not state.get("canary_done"))
+
+
+def target_launches(state: SessionState) -> int:
+    """Launches that cost a load of the target model (a server that crashed while loading cost one too)."""
+    return sum(1 for launch in state.get("launches") or [] if launch.get("kind", "target") in ("target", "server"))
 
 
 def is_interpreter(word: str, python: str) -> bool:

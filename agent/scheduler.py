@@ -1,6 +1,6 @@
 """Where a session's launches run: detached processes on the host (the default), or Slurm jobs submitted from it.
 
-Slurm's own ends of a job are faults of their own kind (agent/nodes/slurm_watch.py sorts them): a node that failed,
+Slurm's own ends of a job are faults of their own kind (agent/launchers/slurm.py sorts them): a node that failed,
 a preemption or a boot failure says nothing about the job, so it is resubmitted as it was (bounded, with backoff);
 a time limit, an out-of-memory kill, a cancel by someone else, or a job that can never leave PENDING would end
 the same way again, so it goes to diagnose like any other fault.
@@ -8,7 +8,8 @@ the same way again, so it goes to diagnose like any other fault.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -43,3 +44,9 @@ class SlurmSettings(ShardSettings):
     sbatch_args: list[str] = Field(default_factory=list)  # passed to sbatch as given (--time, --mem, --gres…)
     max_resubmits: int = Field(default=3, ge=0)  # resubmits after a transient end (node failure, preemption)
     resubmit_backoff: float = Field(default=10.0, ge=0)  # seconds before the first; doubled for each next one
+
+
+def transient(record: Mapping[str, Any]) -> bool:
+    """Did Slurm end this launch for a reason that is not the job's (the graph resubmits it, no patch)?"""
+    outcome = str(record.get("outcome") or "")
+    return outcome.startswith("scheduler:") and outcome.removeprefix("scheduler:") in TRANSIENT_STATES

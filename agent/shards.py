@@ -1,6 +1,6 @@
 """A sharded session, whichever way its shards run (a Slurm job array, or N detached runs on the host): how many
-shards there are, and which of them a launch runs. The launchers (agent/nodes/slurm_launch.py,
-agent/nodes/shard_runs.py) differ only in how a shard is started and watched; this part is the same for both."""
+shards there are, and which of them a launch runs. The launchers (agent/launchers/slurm.py,
+agent/launchers/shard_runs.py) differ only in how a shard is started and watched; this part is the same for both."""
 
 from __future__ import annotations
 

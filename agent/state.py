@@ -145,9 +145,9 @@ class LaunchRecord(TypedDict, total=False):
     load_seconds: float | None
     checks_during_load: list[CheckResult]
     failed_patch: str | None  # the patch whose during-load check failed and stopped this launch
-    job_id: str  # the Slurm job (agent/nodes/slurm_launch.py); absent for a detached run
+    job_id: str  # the Slurm job (agent/launchers/slurm.py); absent for a detached run
     shards: list[int]  # the array's task ids this launch ran (a sharded session)
-    shard_runs: dict[str, str]  # detached shards (agent/nodes/shard_runs.py): shard -> its run folder
+    shard_runs: dict[str, str]  # detached shards (agent/launchers/shard_runs.py): shard -> its run folder
     # shard -> Slurm state at the end ("COMPLETED", "FAILED", "TIMEOUT", …); a shard run's: COMPLETED, FAILED, VANISHED
     shard_states: dict[str, str]
     scheduler_state: str  # the state that decided the outcome (the worst of the shards')
@@ -159,7 +159,7 @@ class LaunchRecord(TypedDict, total=False):
 
 
 class ServerRecord(TypedDict, total=False):
-    """One start of the job's server (a two-process job, agent/nodes/server.py)."""
+    """One start of the job's server (a two-process job, agent/launchers/server.py)."""
 
     n: int  # 1-based server load within the session
     run_dir: str

@@ -94,7 +94,7 @@ def ledgers_once(fake: Fake) -> dict[str, Any]:
     }
 
 
-# Was a bug (agent/nodes/launch.py launch(), the `if earlier:` branch): a kill after runs.launch started the job
+# Was a bug (agent/launchers/detached.py, the `if earlier:` branch): a kill after runs.launch started the job
 # but before launches/L<n>.json was written is reattached through the run folder's pid (not launched twice);
 # the ledger line is now written on that reattach too.
 def good(state: dict[str, Any]) -> bool:

@@ -226,7 +226,7 @@ class DropsMidStatus(TimedHost):
 
 def test_link_down_while_a_watch_poll_is_in_flight(make_fake: MakeFake, sshd: SSHServer,
                                                        relay: tuple[Relay, str]) -> None:
-    """Fixed (agent/nodes/launch.py watch, runs.status/runs.follow calls): SSHHost rightly refuses to re-send a
+    """Fixed (agent/nodes/watch.py, runs.status/runs.follow calls): SSHHost rightly refuses to re-send a
     command whose link dropped (HostUnreachable "not repeated"), but watch's status and follow are read-only
     and are not retried either, so one drop at the wrong moment ends the whole session with an error, though
     the job runs on. Fails until watch retries its read-only polls (or treats HostUnreachable as 'poll again')."""

@@ -12,7 +12,7 @@ import pytest
 
 from agent.config import SessionConfig, Target
 from agent.deps import Deps
-from agent.nodes.launch import end_runs
+from agent.nodes.report import end_runs
 from agent.session import make_deps, run_session
 from tests.fixtures_fake import MakeFake
 from tests.test_host import process_alive, wait_until

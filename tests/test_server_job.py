@@ -172,8 +172,8 @@ LOGS = Path(__file__).parent / "data" / "server_logs"
 def test_a_rich_logged_client_traceback_reads_as_python_printed_it() -> None:
     """speculators 0.9.0 logs through rich's handler: its traceback comes indented to the message column and
     padded to the console width. Read back at that margin, it is an ordinary chain of three exceptions."""
+    from agent.launchers.server import raised_in_http_client
     from agent.nodes.diagnose import fault_from_log
-    from agent.nodes.server import raised_in_http_client
 
     fault = fault_from_log((LOGS / "client_rich.log").read_bytes())
     assert fault.exc_type == "httpcore2.ConnectError" and fault.message == "All connection attempts failed"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.graph import after_watch
-from agent.nodes.slurm_launch import classify, scheduler_fault
+from agent.launchers.slurm import classify, scheduler_fault
 from agent.state import SessionState
 from tests.fixtures_fake import medic_cli
 from tools.slurm import TaskState

@@ -18,8 +18,8 @@ import pytest
 
 from agent.cli.run import lab_target
 from agent.config import SessionConfig
-from agent.nodes.slurm_launch import job_name as launch_name
-from agent.nodes.slurm_launch import submitted_before
+from agent.launchers.slurm import job_name as launch_name
+from agent.launchers.slurm import submitted_before
 from agent.record.postmortem import postmortem_markdown
 from agent.record.replay import replay
 from agent.record.tracefile import read_trace
@@ -223,11 +223,11 @@ def test_a_submit_whose_answer_was_lost_is_found_by_its_folder_or_its_name(make_
     fake = make_fake(slurm=SlurmSettings())
     deps = make_deps(fake.config)
     base, ledger = f"{fake.config.host_dir}/runs/L1", f"{fake.config.host_dir}/launches/L1.json"
-    job = slurm.submit(deps.host, ["sleep", "30"], run_dir=base, job_name=launch_name(deps, 1))
+    job = slurm.submit(deps.host, ["sleep", "30"], run_dir=base, job_name=launch_name(deps.config, 1))
     try:
-        assert submitted_before(deps, base, ledger, launch_name(deps, 1)) == job  # its folder's jobid
+        assert submitted_before(deps.host, base, ledger, launch_name(deps.config, 1)) == job  # its folder's jobid
         Path(job.dir, "jobid").unlink()
-        assert submitted_before(deps, base, ledger, launch_name(deps, 1)) == job  # its name in squeue
+        assert submitted_before(deps.host, base, ledger, launch_name(deps.config, 1)) == job  # its name in squeue
     finally:
         slurm.cancel(deps.host, job)
         deps.trace.close()

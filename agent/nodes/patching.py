@@ -18,10 +18,11 @@ from agent.codec import (
     fault_from_dict,
     patch_diff,
     patch_to_dict,
+    proposal_of,
 )
 from agent.deps import Deps
 from agent.repair.types import Candidate, RepairContext
-from agent.state import CandidateData, CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
+from agent.state import CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
 from tools.errors import PatchError
 from tools.patches import EnvEdit, Patch, apply_patch, revert_patch
 
@@ -59,14 +60,6 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
                                                 for e in proposal["patch"].get("env") or []],
                                         "host_steps": proposal["patch"].get("host_steps") or []})
     return {"candidates": queue, "proposal": proposal}
-
-
-def proposal_of(state: SessionState) -> CandidateData:
-    """The candidate the routers sent this node with (they route to approve/apply/verify only with one)."""
-    proposal = state.get("proposal")
-    if proposal is None:
-        raise RuntimeError("no proposal in the state: a router sent a node here without one")
-    return proposal
 
 
 def apply(state: SessionState, deps: Deps) -> dict[str, Any]:

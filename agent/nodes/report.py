@@ -7,13 +7,13 @@ from typing import Any
 
 from agent.config import medic_home
 from agent.deps import Deps
-from agent.nodes.launch import end_runs
 from agent.record.report import render_report
 from agent.state import SessionState
+from tools.errors import HostError, RunError
 
 
 def report(state: SessionState, deps: Deps) -> dict[str, Any]:
-    end_runs(state, deps)  # before the report says the session ended, nothing of its runs may be left
+    end_runs(state, deps)
     outcome = state.get("outcome") or "error"
     detail = state.get("outcome_detail") or ""
     text = render_report(state, deps.config)
@@ -27,3 +27,11 @@ def report(state: SessionState, deps: Deps) -> dict[str, Any]:
                                    "launches": len(state.get("launches") or []),
                                    "patches": [p["patch"]["id"] for p in state.get("patches") or []]})
     return {"outcome": outcome, "outcome_detail": detail}
+
+
+def end_runs(state: SessionState, deps: Deps) -> None:
+    """Before the report says the session ended, nothing of its runs may be left (the launcher knows them all)."""
+    try:
+        deps.launcher.end(state)
+    except (RunError, HostError) as err:  # the report still gets written; the trace says what may be left
+        deps.record("warning", "report", {"message": f"could not make sure every run has ended: {err}"})

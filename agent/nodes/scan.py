@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from agent.deps import Deps
+from agent.faults import record_fault
 from agent.job import driver_path
-from agent.nodes.diagnose import record_fault
 from agent.remedies import env_edits, job_env
 from agent.repair.scan import scan as scan_drift
 from agent.state import SessionState
@@ -31,7 +31,7 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
     ctx.architectures = target_architectures(deps)
     env, _ = job_env(deps.host, deps.config.target.env, env_edits(state.get("patches") or []))
     ctx.memo["job_env"] = env  # what the next launch will run with: the environment detector reads it
-    fresh = [f for f in scan_drift(ctx, driver_of(deps)) if f.fingerprint not in attempted]
+    fresh = [f for f in scan_drift(ctx, driver_path(deps.config.target, deps.host)) if f.fingerprint not in attempted]
     if not fresh or len(attempted) >= MAX_SCAN_FINDINGS:
         kept = sum(1 for p in state.get("patches") or [] if p.get("fault_index") is not None
                    and (state.get("faults") or [{}])[p["fault_index"]].get("stage") == "scan")
@@ -43,11 +43,6 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
                                   "finding": fault.finding.kind if fault.finding else None,
                                   "frames": [f"{f.file}:{f.line} {f.func}" for f in fault.frames]})
     return {"scan_attempted": [*attempted, fault.fingerprint], **record_fault(state, fault, launch=None)}
-
-
-def driver_of(deps: Deps) -> str | None:
-    """The script the job runs, as a path on the host (a relative one is the workdir's)."""
-    return driver_path(deps.config.target, deps.host)
 
 
 def target_architectures(deps: Deps) -> tuple[str, ...]:

@@ -1,129 +1,17 @@
-"""validate: exit code 0 is a claim, not a result. The validator decides.
-
-The validator is the user's ``--validate`` command or, without one, medic's own check (tools/validate_output.py:
-layer counts and shapes of every saved sequence, values of a sample against an fp32 HF forward pass, run by the
-target python on the output and model folder the job's command line names). Any failure of either, a plain
-non-zero exit too, is a Fault (stage ``validate``) whose evidence is the validator's own output, the lines that
-say what failed first; it names the fixable files the driver reaches, since a clean run has no traceback to
-point at. Only an output the validator cannot read at all (its report says ``readable: false``, or it exits 2
-without a report, as argparse and the lab's check do) or one nothing can check leaves the job "unverified".
-"""
+"""validate: the launch exited 0; its output is judged (agent/validation.py) — each shard's on its own in a
+sharded session — and the verdict routes the graph: verified, a wrong output (a fault to repair), or the
+canary passed (the target is next)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any, cast
+from typing import Any
 
 from agent.deps import Deps
-from agent.job import with_interpreter
-from agent.nodes.diagnose import record_fault
-from agent.nodes.launch import canary_commands, substituted
-from agent.repair.types import Fault
-from agent.state import SessionState, ValidationReport
-from tools.errors import MedicError
-from tools.host import CommandResult, Host
-from tools.runs import Run
-from tools.validate_output import builtin_check, evidence_lines, locate
-
-VALIDATE_TIMEOUT = 1800.0
-CANNOT_READ = 2  # the exit code of a validator that could not read the output (argparse's usage error too)
+from agent.state import SessionState
+from agent.validation import validate_output, validate_shards
 
 
 def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
-    if (state.get("run") or {}).get("shards"):  # a Slurm job array: each shard's output on its own
-        from agent.nodes.shard_validate import validate_shards
-
-        return validate_shards(state, deps, validate)
-    target = deps.config.target
-    canary = (state.get("run") or {}).get("kind") == "canary"
-    run_command, given = canary_commands(state, deps) if canary else (target.command, target.validate_command)
-    stdin, replaced, described = None, None, ""
-    if given:  # the validator runs in the target env too: `python verify.py` means --python
-        command, replaced = with_interpreter(given, target.python)
-        described = f"`{' '.join(command)}`"  # whole: people read it shortened (agent/record/people.py), not cut
-        output = locate(deps.host, run_command or target.command, target.workdir,
-                        output=None if canary else target.output)[0]
-    else:
-        own = builtin_check(deps.host, target.python, run_command or target.command, target.workdir,
-                            output=None if canary else target.output, model_dir=None if canary else target.model_dir)
-        if isinstance(own, str):
-            detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
-            deps.record("validate", "validate", {"summary": detail, "verified": False})
-            return {"outcome": "unverified", "outcome_detail": detail}
-        command, stdin, described, output = own.argv, own.stdin, own.describe(), own.output
-    older = stale_output(deps.host, output, (state.get("run") or {}).get("run_dir"))
-    if older:  # a run that exits 0 without writing leaves the last run's file (the canary's, say): not this one's
-        result, report = CommandResult(1, "", older, 0.0), ValidationReport(verified=False, problems=[older])
-    else:
-        result = deps.host.run(command, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=target.env, stdin=stdin)
-        report = parse_report(result.stdout)
-    verified = result.exit_code == 0 and report.get("verified", True) is True
-    evidence = evidence_lines(report, result.stdout, result.stderr) or [f"the validator exited {result.exit_code}"]
-    summary = ((f"verified by {described}: {report['sequences']} sequences, per-layer max abs error "
-                f"{report.get('max_abs_error_per_layer', {})}" if "sequences" in report
-                else f"verified by {described} (exit 0)") if verified
-               else f"NOT verified by {described} (exit {result.exit_code}): {'; '.join(evidence[:3])}")
-    deps.record("validate", "validate", {"summary": summary, "verified": verified, "report": report,
-                                         "exit_code": result.exit_code, "builtin": not given,
-                                         **substituted(replaced, target.python)})
-    if verified and canary:  # the cheap run is right: now the target model, once
-        deps.record("canary_passed", "validate", {"launch": (state.get("run") or {}).get("n")})
-        return {"validation": report, "canary_done": True, "fault": None}
-    if verified:
-        return {"validation": report, "outcome": "verified", "outcome_detail": summary}
-    if report.get("readable") is False or (result.exit_code == CANNOT_READ and not report):
-        # the output could not be read at all: nothing says what is wrong with it, so nothing to repair from
-        return {"validation": report, "outcome": "unverified", "outcome_detail": summary}
-    red = deps.trace.redactor  # the validator's output is the job's data: redacted before it is kept
-    output = "\n".join(f"({stream}) {line}" for stream, text in (("stderr", result.stderr), ("stdout", result.stdout))
-                       for line in text.strip().splitlines()[-40:])
-    fault = Fault("canary" if canary else "validate", "OutputMismatch", red.text("\n".join(evidence)), (),
-                  caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + evidence[0][:60],
-                  log_excerpt=red.text(output), reach=reached_files(state, deps))
-    deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10]})
-    return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
-
-
-def stale_output(host: Host, output: str | None, run_dir: str | None) -> str | None:
-    """Why ``output`` cannot be this launch's, or None. Both times are the host's own (its clock may differ from
-    medic's): the output's mtime against the run's pid file, written as the job started."""
-    if not output or not run_dir:
-        return None
-    written, started = host.stat(output), host.stat(Run.in_dir(run_dir).pid)
-    if written is None or started is None or written.mtime >= started.mtime:
-        return None
-    return (f"the job exited 0 but did not write its output: {output} is older than this launch "
-            f"({started.mtime - written.mtime:.0f}s before it started)")
-
-
-def reached_files(state: SessionState, deps: Deps) -> tuple[str, ...]:
-    """The fixable files the driver reaches (the scan's list): where a repair of a wrong output looks."""
-    from agent.nodes.scan import driver_of
-    from agent.repair.scan import scan_files
-
-    try:
-        return tuple(scan_files(deps.context(state), driver_of(deps)))
-    except MedicError:
-        return ()
-
-
-def parse_report(stdout: str) -> ValidationReport:
-    for line in reversed(stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                return {}
-            return cast(ValidationReport, data) if isinstance(data, dict) else {}  # a validator's own JSON
-    return {}
-
-
-def last_caller_frames(state: SessionState) -> list[Any]:
-    """A wrong output has no traceback: the code on the last crash's path is where its cause likely is."""
-    from agent.repair.types import FrameRef
-
-    for fault in reversed(state.get("faults") or []):
-        frames = fault.get("caller_frames") or []
-        if frames:
-            return [FrameRef(**f) for f in frames]
-    return []
+    if (state.get("run") or {}).get("shards"):
+        return validate_shards(state, deps)
+    return validate_output(state, deps)

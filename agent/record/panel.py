@@ -4,7 +4,7 @@ Session, host and mode; launch n of max (target or canary); the phase, with a ba
 loads; elapsed time and budget left; faults found, patches and env changes kept; the checks run during this
 wait. ``PanelState`` is built from trace events alone (kind, data, timestamp), so ``medic run`` (live, from
 Deps.record) and ``medic watch`` (from another process's trace) show the same thing. The ETA comes from the
-log's own loading lines when they carry one (agent/nodes/launch.py puts it in the phase event), else from
+log's own loading lines when they carry one (agent/nodes/watch.py puts it in the phase event), else from
 earlier launches of the same kind in this session, else from earlier sessions of the same command.
 """
 

@@ -34,9 +34,9 @@ from agent import graph
 from agent.checks import ADVISORY
 from agent.codec import check_from_dict
 from agent.config import SessionConfig
-from agent.nodes.launch import environment_checks, load_seconds
 from agent.nodes.patching import queue_checks, revert_index
-from agent.nodes.shard_validate import replay_shard
+from agent.nodes.watch import environment_checks, load_seconds
+from agent.record.replay_shards import replay_shard
 from agent.record.report import render_report
 from agent.record.tracefile import Event, Trace, read_trace
 from agent.state import (

@@ -1,12 +1,14 @@
-"""The server of a two-process job, as the launch node uses it: keep one loaded, restart it only when a fix
-touched the server's side.
+"""The server of a two-process job (``--server``), as a launcher that wraps any other: a ready server first,
+then its client, started by the wrapped launcher. Keep one server loaded; restart it only when a fix touched
+the server's side.
 
 The prize of this shape is that the long load lives in the server: a fault on the client's side is fixed and
 the client rerun against the same loaded server. A server is (re)started when there is none yet, when the one
 there has ended, or when the fault just repaired was the server's (its traceback came from the server's log:
 the fix is in code or an environment the running server has already read). Each start is ledgered on the host
 (``servers/S<n>.json``) before it is waited on, so a resumed session reattaches to a live server instead of
-starting a second one.
+starting a second one. A server that dies while it loads is a launch of kind "server": watched and diagnosed
+like a crashed run.
 """
 
 from __future__ import annotations
@@ -14,14 +16,84 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import time
+from collections.abc import Collection
+from dataclasses import replace
 from typing import Any
 
-from agent.deps import Deps
+from agent.faults import fault_from_log
 from agent.job import with_interpreter
-from agent.remedies import env_edits, job_env, with_unset
+from agent.launchers.base import (
+    Explained,
+    Launcher,
+    LauncherDeps,
+    LaunchPlan,
+    RunHandle,
+    job_environment,
+    read_from,
+    write_ledger,
+)
+from agent.launchers.detached import DetachedHandle
+from agent.remedies import with_unset
+from agent.repair.types import Fault
 from agent.state import LaunchRecord, ServerRecord, SessionState
 from tools import runs, server_job
+
+
+class ServerLauncher:
+    """A two-process job: the server (always a detached run on the job's host), then the client by ``inner``."""
+
+    def __init__(self, deps: LauncherDeps, inner: Launcher) -> None:
+        self.deps, self.inner = deps, inner
+
+    def start(self, state: SessionState, plan: LaunchPlan, env_base: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+        server_update, crashed = ensure_server(state, self.deps, plan.n)
+        if crashed is not None:  # the server ended before it was ready: watch and diagnose read its log
+            self.deps.record("launch", "launch", {"n": crashed["n"], "kind": "server",
+                                                  "run_dir": crashed["run_dir"]})
+            return {**server_update, "launches": [*(state.get("launches") or []), crashed], "run": crashed}
+        command, server_update = for_client(plan.command, server_update, self.deps)
+        client = replace(plan, command=command)
+        update = self.inner.start(state, client, {**WIDE_CONSOLE, **(env_base or {})})
+        server = server_update["servers"][-1]
+        record: LaunchRecord = {**update["run"], "server": server["n"], "server_run_dir": server["run_dir"],
+                                "server_log_offset": server.get("log_offset", 0)}
+        return {**update, **server_update, "launches": [*update["launches"][:-1], record], "run": record}
+
+    def handle(self, record: LaunchRecord) -> RunHandle:
+        if record.get("kind") == "server":
+            return DetachedHandle(self.deps, record)
+        if record.get("job_id") or not record.get("server_run_dir"):
+            return self.inner.handle(record)
+        return ClientHandle(self.deps, record)
+
+    def log_of(self, record: LaunchRecord) -> str:
+        return self.inner.log_of(record)
+
+    def explain(self, state: SessionState, record: LaunchRecord, fault: Fault) -> Explained:
+        return sided(state, self.deps, record, self.inner.explain(state, record, fault).fault)
+
+    def end(self, state: SessionState, spare: Collection[str] = ()) -> None:
+        kept = server_runs(state)[-1:] if self.deps.config.target.keep_server else []
+        self.inner.end(state, [*spare, *kept])
+        runs.stop_all(self.deps.host, [runs.Run.in_dir(f) for f in server_runs(state) if f not in [*spare, *kept]])
+
+
+class ClientHandle(DetachedHandle):
+    """The client of a two-process job. Its server ending ends it too: a client retrying a dead server waits out
+    its own timeouts, and the server's traceback, which diagnose reads, is already written."""
+
+    def __init__(self, deps: LauncherDeps, record: LaunchRecord) -> None:
+        super().__init__(deps, record)
+        self.server = runs.Run.in_dir(record["server_run_dir"])
+
+    def status(self) -> runs.RunStatus:
+        status = super().status()
+        if status.state == "running" and not server_job.alive(self.deps.host, self.server):
+            self.deps.record("warning", "watch", {"message": "the server ended under its client: client stopped"})
+            self.stop()
+            status = super().status()
+        return status
 
 
 def current_server(state: SessionState) -> ServerRecord | None:
@@ -35,7 +107,7 @@ def needs_restart(state: SessionState, server: ServerRecord) -> bool:
     return fault.get("side") == "server" and fault.get("server") == server.get("n")
 
 
-def ensure_server(state: SessionState, deps: Deps) -> tuple[dict[str, Any], LaunchRecord | None]:
+def ensure_server(state: SessionState, deps: LauncherDeps, n: int) -> tuple[dict[str, Any], LaunchRecord | None]:
     """(state update, a crashed launch record or None). On None, ``servers[-1]`` in the update is ready."""
     servers: list[ServerRecord] = [dict(s) for s in state.get("servers") or []]  # type: ignore[misc]
     live = current_server(state)
@@ -57,13 +129,12 @@ def ensure_server(state: SessionState, deps: Deps) -> tuple[dict[str, Any], Laun
     servers.append(record)
     if record["outcome"] == "ready":
         return {"servers": servers}, None
-    launches = list(state.get("launches") or [])
-    crashed: LaunchRecord = {"n": len(launches) + 1, "kind": "server", "run_dir": record["run_dir"],
+    crashed: LaunchRecord = {"n": n, "kind": "server", "run_dir": record["run_dir"],
                              "started": record["started"], "exit_code": None, "phases": {}, "checks_during_load": []}
     return {"servers": servers}, crashed
 
 
-def start(state: SessionState, deps: Deps, n: int) -> ServerRecord:
+def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
     cfg = deps.config
     target = cfg.target
     base = f"{cfg.host_dir}/runs/S{n}"
@@ -78,11 +149,10 @@ def start(state: SessionState, deps: Deps, n: int) -> ServerRecord:
     else:
         port = target.server_port or server_job.free_port(deps.host, target.python)
         command, _ = with_interpreter(server_job.with_port(target.server_command or [], port), target.python)
-        env, unset = job_env(deps.host, {**WIDE_CONSOLE, **target.env}, env_edits(state.get("patches") or []))
+        env, unset = job_environment(deps, state, WIDE_CONSOLE)
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/servers"], timeout=30)
         run = runs.launch(deps.host, with_unset(command, unset), run_dir=base, cwd=target.workdir, env=env)
-        deps.host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": run.dir, "port": port,
-                                                         "at": time.time()}).encode())
+        write_ledger(deps.host, ledger, {"n": n, "run": run.dir, "port": port})
         deps.record("server", "launch", {"event": "started", "n": n, "run_dir": run.dir, "log": run.log,
                                          "port": port, "command": command})
     started = deps.clock()
@@ -104,7 +174,7 @@ def server_runs(state: SessionState) -> list[str]:
     return [s["run_dir"] for s in state.get("servers") or [] if s.get("run_dir")]
 
 
-def for_client(command: list[str], update: dict[str, Any], deps: Deps) -> tuple[list[str], dict[str, Any]]:
+def for_client(command: list[str], update: dict[str, Any], deps: LauncherDeps) -> tuple[list[str], dict[str, Any]]:
     """The client's command against the ready server (``{port}`` filled in), and the server's record with
     this client counted and its log's size now (the client's part of the server log starts there)."""
     servers = list(update["servers"])
@@ -127,37 +197,29 @@ HTTP_CLIENT_FRAME = re.compile(r"/(?:" + "|".join(HTTP_CLIENT_PACKAGES) + r")\d*
 WIDE_CONSOLE = {"COLUMNS": "400"}
 
 
-def raised_in_http_client(fault: Any) -> bool:
+def raised_in_http_client(fault: Fault) -> bool:
     return any(HTTP_CLIENT_FRAME.search(frame.file) for frame in fault.frames[-3:])
 
 
-def server_part(deps: Deps, state: SessionState, record: LaunchRecord) -> bytes:
+def server_part(deps: LauncherDeps, state: SessionState, record: LaunchRecord) -> bytes:
     """What the server logged since this client started: the server's side of the client's failure."""
     server = next((s for s in state.get("servers") or [] if s.get("n") == record.get("server")), None)
     if server is None:
         return b""
-    run, offset = runs.Run.in_dir(server["run_dir"]), int(record.get("server_log_offset") or 0)
-    parts: list[bytes] = []
-    while True:
-        chunk = runs.follow(deps.host, run, offset)
-        if not chunk.data:
-            return b"".join(parts)
-        parts.append(chunk.data)
-        offset = chunk.offset
+    return read_from(deps.host, runs.Run.in_dir(server["run_dir"]).log, int(record.get("server_log_offset") or 0))
 
 
-def sided(state: SessionState, deps: Deps, record: LaunchRecord, client_fault: Any,
-          from_log: Any) -> tuple[Any, str | None, int | None]:
+def sided(state: SessionState, deps: LauncherDeps, record: LaunchRecord, client_fault: Fault) -> Explained:
     """(the fault to repair, its side, the server load it was seen on). A server that crashed before it was
     ready is the server's fault; a client that failed in its HTTP library (or with no traceback) while the
     server logged a traceback is the server's too; anything else is the client's."""
     if record.get("kind") == "server":
         n = next((s["n"] for s in state.get("servers") or [] if s.get("run_dir") == record.get("run_dir")), None)
-        return client_fault, "server", n
+        return Explained(client_fault, "server", n)
     if not record.get("server"):
-        return client_fault, None, None
-    server_fault = from_log(server_part(deps, state, record))
+        return Explained(client_fault)
+    server_fault = fault_from_log(server_part(deps, state, record), stage=client_fault.stage)
     if server_fault.exc_type != "NoTraceback" and (
             client_fault.exc_type == "NoTraceback" or raised_in_http_client(client_fault)):
-        return server_fault, "server", record["server"]
-    return client_fault, "client", record["server"]
+        return Explained(server_fault, "server", record["server"])
+    return Explained(client_fault, "client", record["server"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from agent.deps import Deps
+from agent.launchers.base import LauncherDeps
 from tools import logs
 from tools.errors import HostError
 from tools.root_cause import explanatory_level
@@ -16,13 +16,13 @@ TAIL_BYTES = 1024 * 1024
 NO_TRACEBACK = 9  # worse than any traceback
 
 
-def explaining_shard(deps: Deps, failed_logs: Mapping[int, str]) -> int:
+def explaining_shard(deps: LauncherDeps, failed_logs: Mapping[int, str]) -> int:
     """Of the failed shards (shard -> its log on the host), the one whose log explains the failure best; ties go
     to the lowest shard."""
     return min(failed_logs, key=lambda shard: (level_of(deps, failed_logs[shard]), shard))
 
 
-def level_of(deps: Deps, path: str) -> int:
+def level_of(deps: LauncherDeps, path: str) -> int:
     try:
         size = deps.host.stat(path)
         data = deps.host.read_bytes(path, max(0, (size.size if size else 0) - TAIL_BYTES), TAIL_BYTES)

@@ -1,7 +1,7 @@
 """Shards as detached runs (``medic run --shards N`` without ``--scheduler slurm``): one run of tools/runs.py per
 shard on the job's host, each with its index for the command's ``{shard}`` and in ``MEDIC_SHARD``. What shards
 run, their validation and their relaunch are the same as a Slurm job array's (agent/shards.py,
-agent/nodes/shard_validate.py); only the start and the watch differ:
+agent/validation.py); only the start and the watch differ:
 
     runs/L<n>/s<k>/<id>/     shard k's run of launch n (its log, pid and exit, as any detached run)
     launches/L<n>.json       the launch's plan (its shards), written before the first shard starts
@@ -14,79 +14,90 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from typing import Any
 
-from agent.deps import Deps
-from agent.nodes.shard_logs import explaining_shard
-from agent.nodes.shard_validate import before_relaunch, nothing_left
-from agent.remedies import env_edits, job_env, with_unset
-from agent.shards import shards_for, total
+from agent.launchers.base import (
+    LauncherDeps,
+    LaunchPlan,
+    RunHandle,
+    job_environment,
+    launched_before,
+    write_ledger,
+)
+from agent.launchers.detached import DetachedLauncher
+from agent.launchers.shard_logs import explaining_shard
+from agent.remedies import with_unset
+from agent.shards import total
 from agent.state import LaunchRecord, SessionState
 from tools import runs
+from tools.host import Host
 from tools.slurm import with_shard
 
 
-def launch_shards(state: SessionState, deps: Deps, record: LaunchRecord, command: list[str], base: str,
-                  ledger: str, extra: dict[str, Any]) -> dict[str, Any]:
-    from agent.nodes.launch import launched_before
+class ShardRunsLauncher(DetachedLauncher):
+    """A target launch of a sharded session runs its shards as detached runs; the canary runs as one."""
 
-    n, kind, host, cfg = record["n"], record.get("kind", "target"), deps.host, deps.config
-    update: dict[str, Any] = {}
-    host.run(["mkdir", "-p", f"{cfg.host_dir}/launches/shards"], timeout=30)
-    planned = planned_before(deps, ledger)
-    if planned is None:
-        state, update = before_relaunch(state, deps, kind)
-        planned = shards_for(state, cfg, kind)
-        nothing_left(deps, kind, planned)
-        host.write_bytes_atomic(ledger, json.dumps({"n": n, "run": base, "shards": planned,
-                                                    "at": time.time()}).encode())
-    env, unset = job_env(host, cfg.target.env, env_edits(state.get("patches") or []))
-    folders: dict[str, str] = {}
-    reattached: list[int] = []
-    for shard in planned:
-        shard_ledger = f"{cfg.host_dir}/launches/shards/L{n}.s{shard}.json"
-        folder = launched_before(deps, f"{base}/s{shard}", shard_ledger)
-        if folder:  # started before medic died: never a second run of it
-            reattached.append(shard)
-        else:
-            run = runs.launch(host, with_unset(with_shard(command, shard), unset), run_dir=f"{base}/s{shard}",
-                              cwd=cfg.target.workdir,
-                              env={**env, "MEDIC_SHARD": str(shard), "MEDIC_SHARDS": str(total(cfg))})
-            host.write_bytes_atomic(shard_ledger, json.dumps({"n": n, "shard": shard, "run": run.dir,
-                                                              "at": time.time()}).encode())
-            folder = run.dir
-        folders[str(shard)] = folder
-    deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": base, "shards": planned, "shard_runs": folders,
-                                     **({"reattached": True, "reattached_shards": reattached} if reattached
-                                        else {"command": command, **extra})})
-    record["run_id"], record["run_dir"] = f"L{n}", base
-    record["shards"], record["shard_runs"] = planned, folders
-    return {**update, "launches": [*(state.get("launches") or []), record], "run": record}
+    def start(self, state: SessionState, plan: LaunchPlan, env_base: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+        if plan.kind != "target":
+            return super().start(state, plan, env_base)
+        deps, cfg, host = self.deps, self.deps.config, self.deps.host
+        n, base, ledger, record = plan.n, plan.base(cfg), plan.ledger(cfg), plan.record()
+        update: dict[str, Any] = {}
+        host.run(["mkdir", "-p", f"{cfg.host_dir}/launches/shards"], timeout=30)
+        planned = planned_before(host, ledger)
+        if planned is None:
+            planned, update = plan.plan_shards()
+            write_ledger(host, ledger, {"n": n, "run": base, "shards": planned})
+        env, unset = job_environment(deps, state, env_base)
+        folders: dict[str, str] = {}
+        reattached: list[int] = []
+        for shard in planned:
+            shard_ledger = f"{cfg.host_dir}/launches/shards/L{n}.s{shard}.json"
+            folder = launched_before(host, f"{base}/s{shard}", shard_ledger)
+            if folder:  # started before medic died: never a second run of it
+                reattached.append(shard)
+            else:
+                run = runs.launch(host, with_unset(with_shard(plan.command, shard), unset),
+                                  run_dir=f"{base}/s{shard}", cwd=cfg.target.workdir,
+                                  env={**env, "MEDIC_SHARD": str(shard), "MEDIC_SHARDS": str(total(cfg))})
+                write_ledger(host, shard_ledger, {"n": n, "shard": shard, "run": run.dir})
+                folder = run.dir
+            folders[str(shard)] = folder
+        deps.record("launch", "launch", {"n": n, "kind": plan.kind, "run_dir": base, "shards": planned,
+                                         "shard_runs": folders,
+                                         **({"reattached": True, "reattached_shards": reattached} if reattached
+                                            else {"command": plan.command, **plan.trace_extra})})
+        record["run_id"], record["run_dir"] = f"L{n}", base
+        record["shards"], record["shard_runs"] = planned, folders
+        return {**update, "launches": [*(state.get("launches") or []), record], "run": record}
+
+    def handle(self, record: LaunchRecord) -> RunHandle:
+        return ShardRunsHandle(self.deps, record) if record.get("shard_runs") else super().handle(record)
+
+    def log_of(self, record: LaunchRecord) -> str:
+        """The failed (else the first) shard's log."""
+        if not record.get("shard_runs") or not record.get("shards"):
+            return super().log_of(record)
+        shard = record.get("failed_shard")
+        shard = shard if shard is not None else record["shards"][0]
+        return f"{(record.get('shard_runs') or {})[str(shard)].rstrip('/')}/log"
 
 
-def planned_before(deps: Deps, ledger: str) -> list[int] | None:
+def planned_before(host: Host, ledger: str) -> list[int] | None:
     """The shards of a launch that began before medic died (its ledger line), else None."""
-    if not deps.host.exists(ledger):
+    if not host.exists(ledger):
         return None
     with contextlib.suppress(ValueError, KeyError, TypeError):
-        return [int(k) for k in json.loads(deps.host.read_bytes(ledger))["shards"]]
+        return [int(k) for k in json.loads(host.read_bytes(ledger))["shards"]]
     return None
-
-
-def run_folders(launch: LaunchRecord) -> list[str]:
-    """The run folders of a launch: each shard's, else its one run's."""
-    shard_runs = launch.get("shard_runs")
-    if shard_runs:
-        return list(shard_runs.values())
-    return [launch["run_dir"]] if launch.get("run_dir") else []
 
 
 class ShardRunsHandle:
     """watch's view of a launch's shard runs: the lead shard's log, every shard's state; the launch ends once
     every shard has (a shard that crashed does not stop the others: one that finishes is not run again)."""
 
-    def __init__(self, deps: Deps, record: LaunchRecord) -> None:
+    def __init__(self, deps: LauncherDeps, record: LaunchRecord) -> None:
         self.deps = deps
         self.runs = {int(k): runs.Run.in_dir(folder) for k, folder in (record.get("shard_runs") or {}).items()}
         self.lead = min(self.runs)

@@ -1,76 +1,97 @@
 """Launches as Slurm jobs (``--scheduler slurm``): submit once per launch id, follow, and sort how the job ended.
 
-The launch node hands a Slurm session's launches here; watch sees the job through the same handle as a detached
-run's (agent/nodes/run_handle.py). A launch's ledger line holds the job id, and the job's name says which
-session and launch it is, so a medic that died at any point reattaches to the same job and never submits twice.
+watch sees the job through a RunHandle like a detached run's. A launch's ledger line holds the job id, and the
+job's name says which session and launch it is, so a medic that died at any point reattaches to the same job and
+never submits twice. How Slurm ended a job is explained as a fault of its own kind (scheduler_fault).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import time
+from collections.abc import Collection
 from typing import Any
 
-from agent.deps import Deps
-from agent.nodes.shard_logs import explaining_shard
-from agent.nodes.shard_validate import before_relaunch, nothing_left
-from agent.remedies import env_edits, job_env, with_unset
+from agent.config import SessionConfig
+from agent.launchers.base import Explained, LauncherDeps, LaunchPlan, RunHandle, job_environment, write_ledger
+from agent.launchers.shard_logs import explaining_shard
+from agent.remedies import with_unset
 from agent.repair.types import Fault
 from agent.scheduler import DETERMINISTIC_STATES, NEVER_STARTS, TRANSIENT_STATES, SlurmSettings
-from agent.shards import shards_for
 from agent.state import LaunchRecord, SessionState
 from tools import runs, slurm
+from tools.host import Host
 
 
-def settings(deps: Deps) -> SlurmSettings:
-    assert deps.config.slurm is not None
-    return deps.config.slurm
-
-
-def job_name(deps: Deps, n: int) -> str:
+def job_name(config: SessionConfig, n: int) -> str:
     """What ``squeue`` shows: medic, the session, its instance and the launch (unique, so a lookup by name is exact)."""
-    return f"medic-{deps.config.session_id}-{deps.config.instance}-L{n}"
+    return f"medic-{config.session_id}-{config.instance}-L{n}"
 
 
-def launch_job(state: SessionState, deps: Deps, record: LaunchRecord, command: list[str], base: str,
-               ledger: str, extra: dict[str, Any]) -> dict[str, Any]:
-    n, kind, host = record["n"], record.get("kind", "target"), deps.host
-    name = job_name(deps, n)
-    update: dict[str, Any] = {}
-    job = submitted_before(deps, base, ledger, name)
-    if job is not None:  # submitted before medic died: reattach, never submit twice
-        if not host.exists(ledger):
-            write_ledger(deps, ledger, n, job)
-        deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": job.dir, "job_id": job.job_id,
-                                         "shards": list(job.shards), "reattached": True})
-    else:
-        config = settings(deps)
-        state, update = before_relaunch(state, deps, kind)
-        host.run(["mkdir", "-p", f"{deps.config.host_dir}/launches"], timeout=30)
-        env, unset = job_env(host, deps.config.target.env, env_edits(state.get("patches") or []))
-        shards = shards_for(state, deps.config, kind)
-        nothing_left(deps, kind, shards)
-        job = slurm.submit(host, with_unset(command, unset), run_dir=base, job_name=name,
-                           cwd=deps.config.target.workdir, env=env, partition=config.partition,
-                           sbatch_args=config.sbatch_args, shards=shards)
-        write_ledger(deps, ledger, n, job)
-        deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": job.dir, "command": command,
-                                         "job_id": job.job_id, "job_name": name, "shards": list(job.shards),
-                                         **extra})
-    record["run_id"], record["run_dir"] = job.dir.rsplit("/", 1)[-1], job.dir
-    record["job_id"], record["shards"] = job.job_id, list(job.shards)
-    return {**update, "launches": [*(state.get("launches") or []), record], "run": record}
+class SlurmLauncher:
+    def __init__(self, deps: LauncherDeps) -> None:
+        self.deps = deps
+        assert deps.config.slurm is not None
+        self.settings: SlurmSettings = deps.config.slurm
+
+    def start(self, state: SessionState, plan: LaunchPlan, env_base: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+        deps, host, cfg = self.deps, self.deps.host, self.deps.config
+        n, kind, base, ledger, record = plan.n, plan.kind, plan.base(cfg), plan.ledger(cfg), plan.record()
+        name = job_name(cfg, n)
+        update: dict[str, Any] = {}
+        job = submitted_before(host, base, ledger, name)
+        if job is not None:  # submitted before medic died: reattach, never submit twice
+            if not host.exists(ledger):
+                ledger_job(host, ledger, n, job)
+            deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": job.dir, "job_id": job.job_id,
+                                             "shards": list(job.shards), "reattached": True})
+        else:
+            shards, update = plan.plan_shards()
+            host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
+            env, unset = job_environment(deps, state, env_base)
+            job = slurm.submit(host, with_unset(plan.command, unset), run_dir=base, job_name=name,
+                               cwd=cfg.target.workdir, env=env, partition=self.settings.partition,
+                               sbatch_args=self.settings.sbatch_args, shards=shards)
+            ledger_job(host, ledger, n, job)
+            deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": job.dir, "command": plan.command,
+                                             "job_id": job.job_id, "job_name": name, "shards": list(job.shards),
+                                             **plan.trace_extra})
+        record["run_id"], record["run_dir"] = job.dir.rsplit("/", 1)[-1], job.dir
+        record["job_id"], record["shards"] = job.job_id, list(job.shards)
+        return {**update, "launches": [*(state.get("launches") or []), record], "run": record}
+
+    def handle(self, record: LaunchRecord) -> RunHandle:
+        return SlurmHandle(self.deps, record)
+
+    def log_of(self, record: LaunchRecord) -> str:
+        """The failed (else the first) shard's log of a job array; a plain job's one log."""
+        folder = record["run_dir"].rstrip("/")
+        if not record.get("shards"):
+            return f"{folder}/log"
+        shard = record.get("failed_shard")
+        return f"{folder}/log.{shard if shard is not None else record['shards'][0]}"
+
+    def explain(self, state: SessionState, record: LaunchRecord, fault: Fault) -> Explained:
+        if str(record.get("outcome") or "").startswith("scheduler:"):  # Slurm ended it: that is the fault
+            return Explained(scheduler_fault(record, fault.log_excerpt))
+        return Explained(fault)
+
+    def end(self, state: SessionState, spare: Collection[str] = ()) -> None:
+        """A Slurm session ends: none of its jobs stays queued or running."""
+        for launch in state.get("launches") or []:
+            if launch.get("job_id"):
+                job = slurm.SlurmJob(launch["job_id"], launch["run_dir"], tuple(launch.get("shards") or ()))
+                if any(task.active for task in slurm.states(self.deps.host, job).values()):
+                    slurm.cancel(self.deps.host, job)
 
 
-def write_ledger(deps: Deps, ledger: str, n: int, job: slurm.SlurmJob) -> None:
-    line = {"n": n, "run": job.dir, "job_id": job.job_id, "shards": list(job.shards), "at": time.time()}
-    deps.host.write_bytes_atomic(ledger, json.dumps(line).encode())
+def ledger_job(host: Host, ledger: str, n: int, job: slurm.SlurmJob) -> None:
+    write_ledger(host, ledger, {"n": n, "run": job.dir, "job_id": job.job_id, "shards": list(job.shards)})
 
 
-def submitted_before(deps: Deps, base: str, ledger: str, name: str) -> slurm.SlurmJob | None:
+def submitted_before(host: Host, base: str, ledger: str, name: str) -> slurm.SlurmJob | None:
     """The job of launch ``base``: from its ledger line, else its folder's ``jobid``, else its name in squeue."""
-    host = deps.host
     if host.exists(ledger):
         try:
             line = json.loads(host.read_bytes(ledger))
@@ -94,7 +115,7 @@ def submitted_before(deps: Deps, base: str, ledger: str, name: str) -> slurm.Slu
 class SlurmHandle:
     """watch's view of a Slurm job: the lead shard's log, the states of all, scancel."""
 
-    def __init__(self, deps: Deps, record: LaunchRecord) -> None:
+    def __init__(self, deps: LauncherDeps, record: LaunchRecord) -> None:
         self.deps, self.record = deps, record
         self.job = slurm.SlurmJob(record["job_id"], record["run_dir"], tuple(record.get("shards") or ()))
         self.lead = self.job.shards[0] if self.job.shards else None
@@ -168,11 +189,6 @@ def classify(tasks: list[slurm.TaskState]) -> tuple[str, slurm.TaskState | None]
         return "exited", None
     task = ranked[0]
     return ("crashed" if task.state == "FAILED" else f"scheduler:{task.state}"), task
-
-
-def transient(record: LaunchRecord | dict[str, Any]) -> bool:
-    return str(record.get("outcome") or "").removeprefix("scheduler:") in TRANSIENT_STATES and str(
-        record.get("outcome") or "").startswith("scheduler:")
 
 
 # What each deterministic end means to the person who reads the report, and what would change it.

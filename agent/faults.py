@@ -1,0 +1,63 @@
+"""A Fault from a run's log, and the state update that makes a fault current (whoever found it: the scan, a
+crash, the validator). diagnose, scan and validate record faults through this one function.
+
+The root cause is picked by tools/tracebacks (a worker's traceback beats the driver's "see above"); the frames
+medic may fix are gathered from EVERY traceback of the run, because a worker's root cause has no caller frames
+and the line that fails is often not the line to fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.codec import fault_to_dict
+from agent.repair.types import Fault, FaultStage, FrameRef
+from agent.state import FaultData, SessionState
+from tools import logs, tracebacks
+
+EXCERPT_LINES = 60
+
+
+
+def fault_from_log(data: bytes, stage: FaultStage = "crash") -> Fault:
+    lines = logs.clean_lines(data)
+    found = tracebacks.extract_tracebacks(lines)
+    root = tracebacks.root_cause(found)
+    excerpt = "\n".join(f"({line.proc}) {line.text}" if line.proc else line.text for line in lines[-EXCERPT_LINES:])
+    if root is None:
+        last = next((line.text for line in reversed(lines) if line.text.strip()), "(empty log)")
+        return Fault(stage=stage, exc_type="NoTraceback", message=last, frames=(), log_excerpt=excerpt)
+    callers: list[FrameRef] = []
+    for tb in found:
+        chain = [tb]
+        while chain[-1].cause is not None:
+            chain.append(chain[-1].cause)
+        for link in chain:
+            callers.extend(FrameRef(f.file, f.line, f.func, f.code or "") for f in link.frames)
+    return Fault(
+        stage=stage,
+        exc_type=root.exc_type or "UnknownError",
+        message=root.message,
+        frames=tuple(FrameRef(f.file, f.line, f.func, f.code or "") for f in root.frames),
+        caller_frames=tuple(callers),
+        fingerprint=logs.fingerprint(root).key,
+        proc=root.proc,
+        log_excerpt=excerpt,
+    )
+
+
+def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bool = False,
+                 side: str | None = None, server: int | None = None) -> dict[str, Any]:
+    """The state update for a new fault: it becomes current, joins the list, and its candidates start fresh.
+
+    A fault that repeats right after a patch for it means the patch did not cure it: keep the tried list, so
+    the next candidate gets its turn.
+    """
+    current = fault_to_dict(fault)
+    if side:  # a two-process job: which process a fix touches; a server-side one restarts the server
+        current["side"], current["server"] = side, server
+    entry: FaultData = {**current, "launch": launch, "repeated": repeated}
+    update: dict[str, Any] = {"fault": current, "faults": [*(state.get("faults") or []), entry], "candidates": []}
+    if not repeated:
+        update["tried"] = []
+    return update

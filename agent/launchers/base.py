@@ -1,0 +1,155 @@
+"""What a way of running a job is to the graph: a Launcher starts a launch, gives a RunHandle to follow it, names
+the log diagnose reads, explains how it ended, and ends everything it started.
+
+A launcher gets the host, the config and a record callback (LauncherDeps), never the graph's nodes; what it
+returns is the state update of a launch. One module per way of running: detached.py, shard_runs.py, slurm.py,
+and server.py, which wraps any of them (the server first, then its client).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple, Protocol
+
+from agent.config import SessionConfig
+from agent.events import EventKind
+from agent.remedies import env_edits, job_env
+from agent.repair.types import Fault
+from agent.state import LaunchRecord, SessionState
+from tools import runs
+from tools.errors import HostError, RunError
+from tools.host import Host
+
+MAX_DIAGNOSE_BYTES = 64 * 1024 * 1024
+Record = Callable[[EventKind, str, "dict[str, Any] | None"], None]
+# the shards a fresh launch runs, and the state update that planning them made (shards verified on the way)
+ShardPlanner = Callable[[], tuple[list[int], dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class LauncherDeps:
+    """All a launcher is given: where it runs, the session's config, and how to say what happened."""
+
+    host: Host
+    config: SessionConfig
+    record: Record
+    clock: Callable[[], float] = time.time
+    poll_interval: float = 0.5
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """One launch as the launch node decided it: which (n, kind), what to run, and where it is ledgered."""
+
+    n: int
+    kind: str  # "target" | "canary"
+    command: list[str]
+    started: float
+    trace_extra: dict[str, Any] = field(default_factory=dict)  # e.g. which bare python name was substituted
+    plan_shards: ShardPlanner = lambda: ([], {})
+
+    def base(self, config: SessionConfig) -> str:
+        return f"{config.host_dir}/runs/L{self.n}"
+
+    def ledger(self, config: SessionConfig) -> str:
+        return f"{config.host_dir}/launches/L{self.n}.json"
+
+    def record(self) -> LaunchRecord:
+        return {"n": self.n, "kind": self.kind, "started": self.started, "exit_code": None, "phases": {},
+                "checks_during_load": []}
+
+
+class Explained(NamedTuple):
+    """The fault to repair, and for a two-process job the side whose fix it needs and its server load."""
+
+    fault: Fault
+    side: str | None = None
+    server: int | None = None
+
+
+class RunHandle(Protocol):
+    """watch's view of one launch, however it runs."""
+
+    def follow(self, offset: int) -> runs.LogChunk: ...
+
+    def ended_hint(self) -> bool: ...  # cheap: has it (or its lead shard) written its exit code?
+
+    def status(self) -> runs.RunStatus: ...
+
+    def stop(self) -> None: ...
+
+    def finish(self, record: LaunchRecord, status: runs.RunStatus) -> str: ...
+
+
+class Launcher(Protocol):
+    """How the graph runs a job: start a launch (its state update), follow it, read it, explain it, end all.
+    ``env_base`` is what a wrapping launcher adds under the job's own env (the server's wide console)."""
+
+    def start(self, state: SessionState, plan: LaunchPlan, env_base: dict[str, str] | None = None
+              ) -> dict[str, Any]: ...
+
+    def handle(self, record: LaunchRecord) -> RunHandle: ...
+
+    def log_of(self, record: LaunchRecord) -> str: ...
+
+    def explain(self, state: SessionState, record: LaunchRecord, fault: Fault) -> Explained: ...
+
+    def end(self, state: SessionState, spare: Collection[str] = ()) -> None: ...
+
+
+def job_environment(deps: LauncherDeps, state: SessionState, base: dict[str, str] | None = None
+                    ) -> tuple[dict[str, str], list[str]]:
+    """(env, names to unset) of a launch: the job's env with the kept env remedies applied."""
+    return job_env(deps.host, {**(base or {}), **deps.config.target.env}, env_edits(state.get("patches") or []))
+
+
+def launched_before(host: Host, base: str, ledger: str) -> str | None:
+    """The run folder of launch ``base`` if it was started already (ledger, or a run folder with a pid)."""
+    if host.exists(ledger):
+        with contextlib.suppress(ValueError, KeyError):
+            return str(json.loads(host.read_bytes(ledger))["run"])
+    found = host.run(f"ls -1d {shlex.quote(base)}/*/pid 2>/dev/null | head -1", timeout=30)
+    path = found.stdout.strip()
+    return path.rsplit("/", 1)[0] if path else None
+
+
+def write_ledger(host: Host, ledger: str, line: dict[str, Any]) -> None:
+    host.write_bytes_atomic(ledger, json.dumps({**line, "at": time.time()}).encode())
+
+
+def run_folders(launch: LaunchRecord) -> list[str]:
+    """The run folders of a launch: each shard's, else its one run's."""
+    shard_runs = launch.get("shard_runs")
+    if shard_runs:
+        return list(shard_runs.values())
+    return [launch["run_dir"]] if launch.get("run_dir") else []
+
+
+def read_log(host: Host, path: str) -> bytes:
+    """A run's log for diagnosis: all of it up to MAX_DIAGNOSE_BYTES, else its last MAX_DIAGNOSE_BYTES
+    (tracebacks are at the end; a multi-GB log of progress bars must not be read whole)."""
+    stat = host.stat(path)
+    offset = max(0, (stat.size if stat else 0) - MAX_DIAGNOSE_BYTES)
+    return read_from(host, path, offset)
+
+
+def read_from(host: Host, path: str, offset: int) -> bytes:
+    """The log at ``path`` from ``offset`` to its end, chunk by chunk; what could not be read is left out."""
+    folder = path.rsplit("/", 1)[0]
+    run = replace(runs.Run.in_dir(folder), log=path)
+    parts: list[bytes] = []
+    while True:
+        try:
+            chunk = runs.follow(host, run, offset)
+        except (RunError, HostError):
+            break
+        if not chunk.data:
+            break
+        parts.append(chunk.data)
+        offset = chunk.offset
+    return b"".join(parts)

@@ -1,0 +1,143 @@
+"""watch: follow the launch through the launcher's RunHandle until it ends, is stopped, or times out.
+
+While the run loads, watch runs the checks of the last patches that need the target env (imports): the wait is
+where a bad fix is caught before the run reaches it. A failed check stops the run at once.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agent.checks import ADVISORY, run_check
+from agent.codec import check_from_dict
+from agent.deps import Deps, Settings
+from agent.launchers.base import RunHandle, run_folders
+from agent.repair.types import Check
+from agent.state import CheckResult, LaunchRecord, SessionState
+from tools import runs
+from tools.errors import HostUnreachable
+
+RECONNECT_PAUSE = 2.0
+STATUS_EVERY = 5.0  # seconds between status commands; the exit file is looked for (cheaply) every poll
+DISK_FREE_MB = 1024  # outputs of a real extraction run are GBs; a warning below one GB
+FREE_MEMORY_MB = 2048
+LOADED_PHASES = ("loading", "kv_cache", "warmup", "extracting", "done")
+
+
+def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
+    record = LaunchRecord(**(state.get("run") or {}))
+    handle = deps.launcher.handle(record)
+    ctx = deps.context(state)
+    owners = [c.get("patch_id") for c in state.get("pending_checks") or []]  # which patch each check proves
+    pending = [check_from_dict(c) for c in state.get("pending_checks") or []] + environment_checks(state, deps)
+    results: list[CheckResult] = []
+    deps.record("checks_queued", "watch", {"launch": record["n"], "checks": [c.describe() for c in pending]})
+    offset, tail = 0, ""
+    seen_phases: dict[str, float] = dict(record.get("phases") or {})
+    started = record.get("started") or deps.clock()
+    deadline = started + deps.config.budgets.launch_timeout
+    eta = runs.LoadEta([launch_.get("load_seconds") or 0.0 for launch_ in state.get("launches") or []
+                        if launch_.get("load_seconds") and launch_.get("kind") == record.get("kind")])
+    outcome = None
+    last_status = 0.0
+    link_down_since: float | None = None
+    while True:
+        try:
+            chunk, status, last_status = poll(deps, handle, offset, last_status)
+        except HostUnreachable as err:  # the job is detached: wait for the link, lose nothing (byte offsets)
+            now = deps.clock()
+            if link_down_since is None:
+                link_down_since = now
+                deps.record("warning", "watch", {"message": f"lost the host, the job goes on: {err}"})
+            if now > deadline:
+                raise
+            time.sleep(RECONNECT_PAUSE)
+            continue
+        if link_down_since is not None:
+            deps.record("warning", "watch", {"message": f"host back after {deps.clock() - link_down_since:.0f}s"})
+            link_down_since = None
+        offset = chunk.offset
+        text = tail + chunk.data.decode("utf-8", errors="replace")
+        cut = max(text.rfind("\n"), text.rfind("\r"))
+        complete, tail = (text[: cut + 1], text[cut + 1 :]) if cut >= 0 else ("", text)
+        for event in runs.phases(complete):
+            first = event.phase not in seen_phases
+            if first:
+                seen_phases[event.phase] = round(deps.clock() - started, 3)
+            if first or (event.progress and event.phase == "loading"):
+                pct = event.progress.percent if event.progress else None
+                remaining = eta.remaining(deps.clock() - started, event.progress) if event.phase == "loading" else None
+                deps.record("phase", "watch", {"phase": event.phase, "percent": pct, "eta": remaining,
+                                               "launch": record["n"]})
+        if pending and status.state == "running":
+            check = pending[0]  # one check per poll, so the log keeps flowing between them
+            try:
+                ok, detail = run_check(ctx, check, deps.config.target.env)
+            except HostUnreachable:
+                time.sleep(RECONNECT_PAUSE)
+                continue  # the link dropped: poll() waits for it, then the same check runs again
+            pending.pop(0)
+            owner = owners.pop(0) if owners else None
+            result = CheckResult(check=check.describe(), ok=ok, detail=detail, when="during_load",
+                                 phase=next(reversed(seen_phases), "starting"), launch=record["n"])
+            results.append(result)
+            deps.record("check", "watch", dict(result))
+            if not ok and check.kind in ADVISORY:
+                deps.record("warning", "watch", {"message": f"{check.describe()}: {detail}"})
+            elif not ok:
+                handle.stop()
+                outcome = f"stopped:check failed: {check.describe()}"
+                record["failed_patch"] = owner
+                break
+            continue
+        if status.state != "running":
+            if pending:  # the run ended before its load: the checks still tell whether the patch is sound
+                for check in pending:
+                    ok, detail = run_check(ctx, check, deps.config.target.env)
+                    result = CheckResult(check=check.describe(), ok=ok, detail=detail, when="after_exit",
+                                         launch=record["n"])
+                    results.append(result)
+                    deps.record("check", "watch", dict(result))
+                pending = []
+            outcome = handle.finish(record, status)
+            break
+        if deps.clock() > deadline:
+            handle.stop()
+            outcome = "timeout"
+            break
+        time.sleep(deps.poll_interval)
+    record["outcome"], record["ended"], record["phases"] = outcome or "", deps.clock(), seen_phases
+    record["checks_during_load"], record["load_seconds"] = results, load_seconds(seen_phases)
+    deps.record("run_end", "watch", {"outcome": outcome, "exit_code": record.get("exit_code"),
+                                     "seconds": round(record["ended"] - started, 1), "launch": record["n"],
+                                     "phases": seen_phases, "failed_patch": record.get("failed_patch")})
+    launches = [record if launch_.get("n") == record["n"] else launch_ for launch_ in state.get("launches") or []]
+    return {"run": record, "launches": launches, "pending_checks": [],
+            "verifications": [*(state.get("verifications") or []), *results]}
+
+
+def poll(deps: Deps, handle: RunHandle, offset: int, last_status: float
+         ) -> tuple[runs.LogChunk, runs.RunStatus, float]:
+    """New log bytes and the run's state. Status costs a whole command over SSH: ask it only when the log is
+    quiet and either STATUS_EVERY has passed or the exit file has appeared."""
+    chunk = handle.follow(offset)
+    if chunk.data or (deps.clock() - last_status < STATUS_EVERY and not handle.ended_hint()):
+        return chunk, runs.RunStatus("running"), last_status
+    return chunk, handle.status(), deps.clock()
+
+
+def environment_checks(state: SessionState, deps: Settings) -> list[Check]:
+    """What the host needs for this run to finish, checked while it loads (advisory: never blamed on a patch)."""
+    record = state.get("run") or {}
+    earlier = [folder for launch_ in state.get("launches") or [] if launch_.get("n") != record.get("n")
+               for folder in run_folders(launch_)]
+    return [Check("disk_free", deps.config.target.workdir, str(DISK_FREE_MB), when="during_load"),
+            Check("free_memory", "host", str(FREE_MEMORY_MB), when="during_load"),
+            Check("stale_runs", "session", "|".join(earlier[-5:]), when="during_load")]
+
+
+def load_seconds(phases: dict[str, float]) -> float | None:
+    """Seconds from launch to the end of loading (the first phase after it), the part a fix cannot save."""
+    after = [phases[p] for p in LOADED_PHASES[1:] if p in phases]
+    return min(after) if after else None
