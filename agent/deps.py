@@ -41,12 +41,14 @@ class Deps:
     # what the library answered (signatures, protocols, device probes): it does not change within a session,
     # and each answer costs an import of vLLM in the target env, so the scan's every pass and the repairs share it
     library_memo: dict[str, Any] = field(default_factory=dict)
-    # how launches run (detached, shard runs, Slurm, a server first): picked from the config, in one place
+    # how launches run (detached, shard runs, Slurm, a server first): launcher_for picks it from the config;
+    # a test passes another factory (agent/launchers/scripted.py)
+    launcher_factory: Callable[[LauncherDeps], Launcher] = launcher_for
     launcher: Launcher = field(init=False)
 
     def __post_init__(self) -> None:
-        self.launcher = launcher_for(LauncherDeps(self.host, self.config, self.record, self.clock,
-                                                  self.poll_interval))
+        self.launcher = self.launcher_factory(LauncherDeps(self.host, self.config, self.record, self.clock,
+                                                           self.poll_interval))
 
     def context(self, state: SessionState) -> RepairContext:
         """The repair context, rebuilt from what preflight recorded (so a resumed session has it too)."""

@@ -30,7 +30,7 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
     ctx = deps.context(state)
     ctx.architectures = target_architectures(deps)
     env, _ = job_env(deps.host, deps.config.target.env, env_edits(state.get("patches") or []))
-    ctx.memo["job_env"] = env  # what the next launch will run with: the environment detector reads it
+    ctx.job_env = env  # what the next launch will run with: the environment detector reads it
     fresh = [f for f in scan_drift(ctx, driver_path(deps.config.target, deps.host)) if f.fingerprint not in attempted]
     if not fresh or len(attempted) >= MAX_SCAN_FINDINGS:
         kept = sum(1 for p in state.get("patches") or [] if p.get("fault_index") is not None

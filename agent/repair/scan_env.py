@@ -41,7 +41,7 @@ def for_device(path: str, device: str) -> bool:
 
 def environment_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
     device = target_device(ctx)
-    job_env: dict[str, str] = ctx.memo.setdefault("job_env", {})
+    job_env = dict(ctx.job_env or {})  # a variable the job does not set is the host's own: read once below
     faults: list[Fault] = []
     for package in ctx.library_packages:
         try:

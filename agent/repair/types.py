@@ -104,6 +104,8 @@ class RepairContext:
     site_packages: tuple[str, ...] = ()
     architectures: tuple[str, ...] = ()  # the target model's, from its config.json (what the library will build)
     server_command: tuple[str, ...] = ()  # a two-process job's server: the library code it starts is scanned too
+    job_env: dict[str, str] | None = None  # what the next launch runs with (the job's env and kept remedies)
+    # caches only (answers of the target env and of the source); every input is a field above
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # probe answers, per context
 
     def api_packages(self, path: str) -> tuple[str, ...]:
