@@ -100,11 +100,11 @@ def test_a_message_asking_for_a_choice_sets_the_variable_the_library_reads(lab: 
 
 def test_the_scan_finds_the_environment_fault_before_any_launch(lab_0181: LabPaths) -> None:
     ctx = context(lab_0181)
-    ctx.memo["job_env"] = {"LD_PRELOAD": ""}
+    ctx.job_env = {"LD_PRELOAD": ""}
     assert {f.finding.name for f in environment_drift(ctx, []) if f.finding} == {"libtcmalloc", "libiomp"}
     ctx.memo.clear()
     iomp = find_library(ctx, "libiomp")
-    ctx.memo["job_env"] = {"LD_PRELOAD": f"/opt/libtcmalloc_minimal.so.4:{iomp}"}
+    ctx.job_env = {"LD_PRELOAD": f"/opt/libtcmalloc_minimal.so.4:{iomp}"}
     assert environment_drift(ctx, []) == []
 
 
