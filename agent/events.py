@@ -24,7 +24,7 @@ EventKind = Literal[
     # relaunch confirmation, output validation
     "confirm", "confirm_answer", "validate", "canary_passed",
     # the model path
-    "llm", "tool",
+    "llm",
     # for people: the checks a launch's wait will run; medic stopped by a signal; a --notify command's result
     "checks_queued", "stopped", "notify",
 ]

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 from agent.events import EVENT_KINDS
+from agent.payloads import PAYLOADS, payload_problems
 from agent.record.replay import NODE_OF
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,3 +29,10 @@ def test_every_kind_a_reader_switches_on_is_one_the_writer_records() -> None:
         unknown = kinds_read(ROOT / rel) - EVENT_KINDS
         assert not unknown, f"{rel} reads event kinds nobody records: {sorted(unknown)}"
     assert set(NODE_OF) <= EVENT_KINDS
+
+
+def test_every_kind_has_one_payload_and_the_check_names_what_does_not_fit() -> None:
+    assert set(PAYLOADS) == EVENT_KINDS
+    assert payload_problems("run_end", {"outcome": "crashed", "exit_code": 1, "seconds": 2.5}) == []
+    problems = payload_problems("run_end", {"outcome": 3, "exit_cod": 1})
+    assert problems == ["run_end: undeclared key 'exit_cod'", "run_end: outcome=3 is not <class 'str'>"]

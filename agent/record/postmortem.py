@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.job import script_argument
+from agent.payloads import CandidateData, ExitData, FaultData, LaunchData, MessageData, PatchData, RunEndData, data_of
 from agent.record.people import Shortener, for_people, without_subject
 from agent.record.postmortem_server import server_lines
 from agent.record.postmortem_shards import shard_lines
@@ -188,46 +189,54 @@ def summarize(trace: Trace) -> Summary:
         if ev.kind == "resume":
             out.resumes += 1
         elif ev.kind == "warning":
-            out.warnings.append(str(d.get("message", "")))
+            out.warnings.append(str(data_of(d, MessageData).get("message", "")))
         elif ev.kind == "launch":
-            current = LaunchView(seq=len(out.launches) + 1, n=int(d.get("n") or 0), start=at,
-                                 kind=str(d.get("kind") or "target"), reattached=bool(d.get("reattached")))
+            launch = data_of(d, LaunchData)
+            current = LaunchView(seq=len(out.launches) + 1, n=int(launch.get("n") or 0), start=at,
+                                 kind=str(launch.get("kind") or "target"), reattached=bool(launch.get("reattached")))
             out.launches.append(current)
         elif ev.kind == "run_end" and current is not None:
-            current.outcome = str(d.get("outcome") or "")
-            current.exit_code = d.get("exit_code")
-            current.seconds = _num(d.get("seconds"), at - current.start)
-            current.phases = {str(k): float(v) for k, v in (d.get("phases") or {}).items()}
+            end = data_of(d, RunEndData)
+            current.outcome = str(end.get("outcome") or "")
+            current.exit_code = end.get("exit_code")
+            current.seconds = _num(end.get("seconds"), at - current.start)
+            current.phases = {str(k): float(v) for k, v in (end.get("phases") or {}).items()}
         elif ev.kind == "fault":
-            stage = str(d.get("stage") or "crash")
+            fault = data_of(d, FaultData)
+            stage = str(fault.get("stage") or "crash")
             out.faults.append(FaultView(
-                seq=len(out.faults) + 1, stage=stage, summary=str(d.get("summary", "")), at=at,
-                launch=current if stage not in BEFORE_LAUNCH_STAGES else None, proc=d.get("proc"),
-                frames=[str(f) for f in d.get("frames") or []], repeated=bool(d.get("repeated")),
-                side=d.get("side")))
+                seq=len(out.faults) + 1, stage=stage, summary=str(fault.get("summary", "")), at=at,
+                launch=current if stage not in BEFORE_LAUNCH_STAGES else None, proc=fault.get("proc"),
+                frames=[str(f) for f in fault.get("frames") or []], repeated=bool(fault.get("repeated")),
+                side=fault.get("side")))
         elif ev.kind == "candidate":
-            pid = str(d.get("patch_id"))
-            by_id[pid] = PatchView(id=pid, origin=str(d.get("origin", "")), rationale=str(d.get("rationale", "")),
-                                   diff=str(d.get("diff", "")), at=at, fault=out.faults[-1] if out.faults else None)
+            cand = data_of(d, CandidateData)
+            pid = str(cand.get("patch_id"))
+            by_id[pid] = PatchView(id=pid, origin=str(cand.get("origin", "")),
+                                   rationale=str(cand.get("rationale", "")), diff=str(cand.get("diff", "")), at=at,
+                                   fault=out.faults[-1] if out.faults else None)
             out.patches.append(by_id[pid])
         elif ev.kind in ("applied", "patch_refused", "reverted"):
-            pid = str(d.get("patch_id"))
+            change = data_of(d, PatchData)
+            pid = str(change.get("patch_id"))
             patch = by_id.get(pid)
             if patch is None:  # applied without a candidate (an approve-mode edit, the old scan loop): show it
-                patch = by_id[pid] = PatchView(id=pid, origin=str(d.get("origin", "")), rationale="",
-                                               diff=str(d.get("diff", "")), at=at,
+                patch = by_id[pid] = PatchView(id=pid, origin=str(change.get("origin", "")), rationale="",
+                                               diff=str(change.get("diff", "")), at=at,
                                                fault=out.faults[-1] if out.faults else None)
                 out.patches.append(patch)
             # the reason is on the candidate or on the applied event (the scan recorded only the latter)
-            patch.rationale = patch.rationale or str(d.get("rationale") or "")
+            patch.rationale = patch.rationale or str(change.get("rationale") or "")
             patch.state = {"applied": "applied", "patch_refused": "refused", "reverted": "reverted"}[ev.kind]
-            patch.why = str(d.get("why", ""))
+            patch.why = str(change.get("why", ""))
             if ev.kind == "applied":
-                patch.diff, patch.files, patch.at = str(d.get("diff") or patch.diff), list(d.get("files") or []), at
+                patch.diff, patch.files, patch.at = (str(change.get("diff") or patch.diff),
+                                                     list(change.get("files") or []), at)
         elif ev.kind == "check":
             out.checks.append({**d, "at": at})
         elif ev.kind == "exit":
-            out.outcome, out.detail = str(d.get("outcome", "")), str(d.get("detail", ""))
+            end_ = data_of(d, ExitData)
+            out.outcome, out.detail = str(end_.get("outcome", "")), str(end_.get("detail", ""))
     return out
 
 

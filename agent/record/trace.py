@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.events import EventKind
+from agent.payloads import check_payload
 from tools.errors import UsageError
 from tools.redact import Redactor
 
@@ -65,6 +66,7 @@ class TraceWriter:
             raise UsageError(f"cannot write the trace {self.path}: {exc.strerror}") from exc
 
     def event(self, kind: EventKind, node: str, data: dict[str, Any] | None = None) -> None:
+        check_payload(kind, data or {})
         self._write({"ts": time.time(), "kind": kind, "node": node, "data": data or {}})
 
     def close(self) -> None:

@@ -16,7 +16,7 @@ from agent.record.people import Shortener, for_people, without_repeat, without_s
 from agent.record.report import human_seconds
 from tools.console import make_console
 
-QUIET_KINDS = {"tool", "log_chunk", "llm", "checks_queued"}
+QUIET_KINDS = {"llm", "checks_queued"}
 PROGRESS_EVERY = 10.0  # seconds between two load-progress lines (a 20-minute load says how far it is)
 
 

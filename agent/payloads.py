@@ -1,0 +1,287 @@
+"""What each event of the trace carries: one TypedDict per ``EventKind`` (agent/events.py), in ``PAYLOADS``.
+
+The writer (``Deps.record``, agent/record/trace.py) checks every event against its payload when
+``MEDIC_STRICT_EVENTS`` is set (the test suite sets it), so a key nobody declared fails a test instead of being a
+field no reader knows; the readers (live view, panel, postmortem, replay) read ``data_of(event, Kind)``. Every
+payload is ``total=False``: a trace written by an older medic lacks keys, and a reader must say so, not crash.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from typing import Any, Literal, TypedDict, TypeVar, Union, cast, get_args, get_origin, get_type_hints
+
+from agent.events import EventKind
+from agent.state import CheckResult
+
+Frames = list[str]  # "file:line func", innermost last
+
+
+class PreflightData(TypedDict, total=False):
+    summary: str
+    versions: dict[str, Any]
+    site_packages: list[str]
+    roots: list[str]
+    warnings: list[str]
+    python_version: str
+    host: str
+    canary: dict[str, Any] | None
+
+
+class MessageData(TypedDict, total=False):  # warning
+    message: str
+
+
+class ResumeData(TypedDict, total=False):
+    pid: int
+
+
+class ExitData(TypedDict, total=False):
+    outcome: str
+    detail: str
+    report: str
+    launches: int
+    patches: list[str]
+
+
+class ScanData(TypedDict, total=False):
+    summary: str
+    findings: int
+    repaired: int
+
+
+class CanaryData(TypedDict, total=False):
+    model: str | None
+    canary: str
+
+
+class LaunchData(TypedDict, total=False):
+    n: int
+    kind: str  # "target" | "canary" | "server"
+    run_dir: str
+    command: list[str]
+    reattached: bool
+    interpreter: dict[str, Any]  # which bare python name ran as the target's python
+    job_id: str
+    job_name: str
+    shards: list[int]
+    shard_runs: dict[str, Any]
+    reattached_shards: list[int]
+
+
+class PhaseData(TypedDict, total=False):
+    phase: str
+    percent: float | None
+    eta: float | None
+    launch: int
+
+
+class RunEndData(TypedDict, total=False):
+    outcome: str
+    exit_code: int | None
+    seconds: float
+    launch: int
+    phases: dict[str, float]
+    failed_patch: str | None
+
+
+class ServerData(TypedDict, total=False):
+    event: str  # started, ready, failed, reused, reattached, stopped, gone, …
+    n: int
+    run_dir: str
+    log: str
+    port: int
+    pid: int | None
+    command: list[str]
+    clients: int
+    why: str
+    seconds: float
+    exit_code: int | None
+
+
+class SchedulerData(TypedDict, total=False):
+    job_id: str
+    state: str
+    reason: str
+    launch: int
+
+
+class ResubmitData(TypedDict, total=False):
+    launch: int | None
+    job_id: str | None
+    state: str
+    count: int
+    backoff: float
+    shards: list[int]
+    given_up: bool
+
+
+class ShardData(TypedDict, total=False):
+    shard: int
+    verified: bool
+    launch: int | None
+    of: int
+    detail: str
+    before_launch: bool
+
+
+class FaultData(TypedDict, total=False):
+    stage: str
+    summary: str
+    proc: str | None
+    fingerprint: str
+    repeated: bool
+    frames: Frames
+    side: str | None  # a server job: "server" or "client"
+    server: dict[str, Any]
+    finding: str | None  # the scan's finding kind
+    evidence: list[str]  # the validator's failing lines
+
+
+class CandidateData(TypedDict, total=False):
+    patch_id: str
+    origin: str
+    rationale: str
+    evidence: Any
+    diff: str
+    checks: list[Any]
+    env: list[str]
+    host_steps: list[str]
+
+
+class NoRepairData(TypedDict, total=False):
+    fault: str
+    why: str
+    left_for: str
+
+
+class PatchData(TypedDict, total=False):  # applied, patch_refused, reverted
+    patch_id: str
+    origin: str
+    rationale: str
+    files: list[str]
+    env: list[str]
+    host_steps: list[str]
+    already_applied: bool
+    diff: str
+    why: str
+
+
+class HostStepData(TypedDict, total=False):
+    patch_id: str
+    step: str
+    exit_code: int | None
+
+
+class ApprovalData(TypedDict, total=False):  # approval, approval_answer, approval_refused, policy
+    patch_id: str | None
+    session: str
+    host_steps: list[str]
+    action: str | None
+    reason: str
+    by: str
+    why: str
+
+
+class ConfirmData(TypedDict, total=False):  # confirm, confirm_answer
+    launch: int
+    session: str
+    action: str | None
+    by: str
+
+
+class ValidateData(TypedDict, total=False):
+    summary: str
+    verified: bool
+    report: Any
+    exit_code: int | None
+    builtin: bool
+    interpreter: dict[str, Any]
+
+
+class LaunchRefData(TypedDict, total=False):  # canary_passed
+    launch: int | None
+
+
+class LlmData(TypedDict, total=False):
+    endpoint: str
+    model: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    malformed_calls: int
+    refused_patches: int
+    transcript: list[Any]
+
+
+class ChecksQueuedData(TypedDict, total=False):
+    launch: int
+    checks: list[str]
+
+
+class StoppedData(TypedDict, total=False):
+    signal: str
+
+
+class NotifyData(TypedDict, total=False):
+    event: str
+    outcome: str
+    ok: bool
+    detail: str
+
+
+PAYLOADS: dict[str, type] = {
+    "preflight": PreflightData, "warning": MessageData, "resume": ResumeData, "exit": ExitData,
+    "scan": ScanData, "canary": CanaryData,
+    "launch": LaunchData, "phase": PhaseData, "check": CheckResult, "run_end": RunEndData,
+    "server": ServerData, "scheduler": SchedulerData, "resubmit": ResubmitData, "shard": ShardData,
+    "fault": FaultData, "candidate": CandidateData, "no_repair": NoRepairData,
+    "approval": ApprovalData, "approval_answer": ApprovalData, "approval_refused": ApprovalData,
+    "policy": ApprovalData, "applied": PatchData, "patch_refused": PatchData, "reverted": PatchData,
+    "host_step": HostStepData, "confirm": ConfirmData, "confirm_answer": ConfirmData, "validate": ValidateData,
+    "canary_passed": LaunchRefData, "llm": LlmData, "checks_queued": ChecksQueuedData, "stopped": StoppedData,
+    "notify": NotifyData,
+}
+
+P = TypeVar("P")
+
+
+def data_of(data: dict[str, Any], payload: type[P]) -> P:
+    """A reader's typed view of an event's data (checked at write time, so a cast, not a copy)."""
+    return cast(P, data)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    origin = get_origin(hint)
+    if hint is Any:
+        return True
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, h) for h in get_args(hint))
+    if origin is Literal:
+        return value in get_args(hint)
+    if hint is type(None):
+        return value is None
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    base = origin or hint
+    if base is list:  # a tuple is written as a JSON list
+        return isinstance(value, list | tuple)
+    return isinstance(value, base) if isinstance(base, type) else True
+
+
+def payload_problems(kind: str, data: dict[str, Any]) -> list[str]:
+    """What in ``data`` its kind's payload does not declare, or declares with another type."""
+    hints = get_type_hints(PAYLOADS[kind])
+    problems = [f"{kind}: undeclared key {key!r}" for key in data if key not in hints]
+    problems += [f"{kind}: {key}={data[key]!r:.80} is not {hints[key]}" for key in data
+                 if key in hints and not _fits(data[key], hints[key])]
+    return problems
+
+
+def check_payload(kind: EventKind, data: dict[str, Any]) -> None:
+    """Raise on a payload that does not fit, when ``MEDIC_STRICT_EVENTS`` is set (tests); otherwise nothing."""
+    if os.environ.get("MEDIC_STRICT_EVENTS") and (problems := payload_problems(kind, data)):
+        raise TypeError("; ".join(problems))
