@@ -16,6 +16,7 @@ G=/tmp/g                                  # everything carried and built, outsid
 JOB=/tmp/job                              # the user's job folder: driver and model, relative paths
 BASE_PY=${BASE_PY:-/opt/torch/.venv/bin/python3}
 BASE_SITE=${BASE_SITE:-/opt/torch/.venv/lib/python3.12/site-packages}
+TP=${TP:-1}                               # GPUs one model spans (tensor parallel); 2 on nvidia-h200-x2
 WAIT_S=${WAIT_S:-540}                     # how long one call waits for medic (a call may run 600 s)
 OUT=${OUT:-$G/out}
 SESSION_FILE=$G/session
@@ -78,6 +79,10 @@ EOF
 start_medic() {
     [ -f "$SESSION_FILE" ] && return 0
     rm -rf "$JOB" && mkdir -p "$JOB" && cp "$G/bundle/job/extract.py" "$JOB/" && cp -r "$G/bundle/job/model" "$JOB/model"
+    if [ "$TP" -gt 1 ]; then  # the user's driver asks speculators' generator for TP ranks (its own keyword)
+        sed -i "s/max_model_len=256)/max_model_len=256, tensor_parallel_size=$TP)/" "$JOB/extract.py"
+        grep -q "tensor_parallel_size=$TP" "$JOB/extract.py" || die "could not set tensor_parallel_size in the driver"
+    fi
     local session; session=gpu-$(date -u +%Y%m%d-%H%M%S)
     echo "$session" > "$SESSION_FILE"
     date +%s > "$G/medic.t0"
