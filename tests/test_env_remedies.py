@@ -169,3 +169,19 @@ def test_an_env_remedy_whose_fault_came_back_is_reverted_by_dropping_it(tmp_path
 
 def lab_target_free(tmp_path: Path) -> Target:
     return Target(python="/usr/bin/python3", workdir=str(tmp_path), command=["true"])
+
+
+def test_a_two_rank_fault_takes_the_librarys_other_branch(lab: LabPaths) -> None:
+    """Recorded here: the lab's driver with tensor_parallel_size=2 on this one-NUMA-node machine. Rank 0's CPU
+    worker asserts while auto-binding threads per NUMA node (``VLLM_CPU_OMP_THREADS_BIND`` is ``auto``); the
+    same if/elif chain of vLLM's worker takes another way for ``nobind`` — the remedy is that value, read from
+    the installed code, not the message; a job that already sets the variable gets nothing."""
+    log = (DATA / "tp2_numa_bind_vllm_0.16.0.log").read_text().replace("{LAB}", str(lab.root))
+    fault = fault_from_log(log.replace("{JOB}", str(lab.work)).encode())
+    assert fault.exc_type == "AssertionError" and "NUMA" in fault.message
+    found = environment_remedy(context(lab), fault)
+    assert [e.describe() for c in found for e in c.patch.env] == ["VLLM_CPU_OMP_THREADS_BIND=nobind"]
+    assert all(c.patch.files == () for c in found) and "cpu_worker.py" in found[0].evidence[0]
+    ctx = context(lab)
+    ctx.job_env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}  # the person chose a binding: not medic's to change
+    assert environment_remedy(ctx, fault) == []

@@ -16,6 +16,7 @@ import re
 import shlex
 
 from agent.repair.context import read_source
+from agent.repair.derived_env_branch import other_branch_remedy
 from agent.repair.env_checks import EnvCheck, bind_message, env_checks, env_choices
 from agent.repair.types import Candidate, Check, Fault, RepairContext
 from tools import source as src_tools
@@ -36,7 +37,7 @@ def environment_remedy(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         return required_in_env(ctx, check)
     for check in raised_checks(ctx, fault):
         return required_in_env(ctx, check)
-    return choice_asked_for(ctx, fault)
+    return choice_asked_for(ctx, fault) or other_branch_remedy(ctx, fault)
 
 
 def where(detail: str) -> tuple[str, int]:
