@@ -122,7 +122,8 @@ NOTICES: tuple[Notice, ...] = (
            Said("vllm", "v1/engine/utils.py", "Failed core proc(s): {finished}")),
     Notice("died unexpectedly", re.compile(r"(?:Worker|Engine core) proc (?P<name>\S+) died unexpectedly"),
            Said("vllm", "v1/executor/multiproc_executor.py", "died unexpectedly, shutting down executor")),
-    Notice("Out of memory: Killed process", re.compile(r"Out of memory: Killed process (?P<pid>\d+)(?: \((?P<name>[^)]+)\))?"),
+    Notice("Out of memory: Killed process",
+           re.compile(r"Out of memory: Killed process (?P<pid>\d+)(?: \((?P<name>[^)]+)\))?"),
            Said("kernel", "", "Out of memory: Killed process"), implies=signal.SIGKILL),  # the OOM killer, via dmesg
 )
 # The header a process's own traceback gets when its parent prints it: multiprocessing's "Process <name>:" and
@@ -193,6 +194,7 @@ def _notice(text: str) -> tuple[str, str | None] | None:
         if notice.key not in text or (match := notice.pattern.search(text)) is None:
             continue
         name, pid, sig_name, number = (match.groupdict().get(group) for group in ("name", "pid", "sig", "num"))
+        name = f"process {name}" if name and name.isdigit() else name  # torch numbers its children
         dead = " ".join(part for part in (name, f"pid {pid}" if pid else None) if part) or None
         sig = _signal_of(sig_name, number) or notice.implies
         if sig is None:  # the notice says only that it died

@@ -57,8 +57,8 @@ def illegal_worker() -> None:
     small = torch.zeros(1, device="cuda")
 
     class Wider:  # the same allocation described as 4 GiB: the kernel writes past what was allocated
-        __cuda_array_interface__ = {"shape": (1 << 30,), "typestr": "<f4", "data": (small.data_ptr(), False),
-                                    "version": 2}
+        __cuda_array_interface__ = {"shape": (1 << 30,), "typestr": "<f4",  # noqa: RUF012
+                                    "data": (small.data_ptr(), False), "version": 2}
 
     print("filling", flush=True)
     torch.as_tensor(Wider(), device="cuda").fill_(1)
