@@ -3,7 +3,9 @@ crash, the validator). diagnose, scan and validate record faults through this on
 
 The root cause is picked by tools/tracebacks (a worker's traceback beats the driver's "see above"); the frames
 medic may fix are gathered from EVERY traceback of the run, because a worker's root cause has no caller frames
-and the line that fails is often not the line to fix.
+and the line that fails is often not the line to fix. A process that died of something that is not a Python
+exception (a CUDA or NCCL error, a signal: tools/fatal.py) is the root cause when it came first: the fault names
+its first fatal line and process, and is ``fatal`` (no code patch is proposed for it).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from agent.codec import fault_to_dict
 from agent.repair.types import Fault, FaultStage, FrameRef
 from agent.state import FaultData, SessionState
 from tools import logs, tracebacks
+from tools.fatal import Fatal, first_fatal
+from tools.root_cause import explanatory_level
 
 EXCERPT_LINES = 60
 
@@ -23,7 +27,12 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash") -> Fault:
     lines = logs.clean_lines(data)
     found = tracebacks.extract_tracebacks(lines)
     root = tracebacks.root_cause(found)
-    excerpt = "\n".join(f"({line.proc}) {line.text}" if line.proc else line.text for line in lines[-EXCERPT_LINES:])
+    excerpt = _excerpt(lines[-EXCERPT_LINES:])
+    fatal = first_fatal(lines)
+    # a fatal line before (or inside) the root traceback is what killed the process; wrappers and the
+    # driver's later errors ("cancelled", "see above") are what it left behind
+    if fatal is not None and (root is None or explanatory_level(root) > 0 or fatal.lineno <= root.last_lineno):
+        return fatal_fault(fatal, lines, stage)
     if root is None:
         last = next((line.text for line in reversed(lines) if line.text.strip()), "(empty log)")
         return Fault(stage=stage, exc_type="NoTraceback", message=last, frames=(), log_excerpt=excerpt)
@@ -44,6 +53,24 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash") -> Fault:
         proc=root.proc,
         log_excerpt=excerpt,
     )
+
+
+def fatal_fault(fatal: Fatal, lines: list[logs.LogLine], stage: FaultStage) -> Fault:
+    at = next(i for i, line in enumerate(lines) if line.lineno >= fatal.lineno)
+    return Fault(
+        stage=stage,
+        exc_type=fatal.kind,
+        message=fatal.message,
+        frames=tuple(FrameRef(f.file, f.line, f.func, f.code) for f in fatal.frames),
+        fingerprint=fatal.key,
+        proc=fatal.proc,
+        log_excerpt=_excerpt(lines[max(0, at - 5) : at + EXCERPT_LINES - 5]),  # from where it died, not the teardown
+        fatal=True,
+    )
+
+
+def _excerpt(lines: list[logs.LogLine]) -> str:
+    return "\n".join(f"({line.proc}) {line.text}" if line.proc else line.text for line in lines)
 
 
 def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bool = False,

@@ -34,6 +34,10 @@ GENERIC_WRAPPER_SIGNALS: tuple[WrapperSignal, ...] = (
     WrapperSignal(message="engine core initialization failed"),
     WrapperSignal(message="initialization failed due to an exception in a background process"),
     WrapperSignal(exc_type="RuntimeError", message="worker failed"),
+    # vLLM's shm_broadcast: the driver's read is cancelled once the executor shut down after a worker died
+    WrapperSignal(exc_type="RuntimeError", message="cancelled"),
+    # torch.multiprocessing.spawn re-raises a child's failure; the child's own traceback follows it
+    WrapperSignal(exc_type="ProcessRaisedException"),
     WrapperSignal(exc_type="EngineDeadError"),
     WrapperSignal(exc_type="EngineGenerateError"),
     WrapperSignal(exc_type="ExceptionGroup"),

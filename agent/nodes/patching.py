@@ -46,6 +46,9 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     if not queue or len(tried) >= deps.config.budgets.max_candidates_per_fault:
         why = "no playbook, derived repair or model found a patch" if not tried else (
             f"{len(tried)} candidate patch(es) failed")
+        if fault.fatal:
+            why = (f"{fault.proc or 'a process of the job'} died of it, not of a Python exception: "
+                   "no code patch is proposed for it")
         if predicted(state.get("fault")):  # a prediction, not a failure: the runs will tell
             deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "left_for": "the runs"})
             return {"candidates": [], "proposal": None}

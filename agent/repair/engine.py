@@ -21,6 +21,8 @@ class RepairEngine:
 
     def candidates(self, ctx: RepairContext, fault: Fault, *, skip: frozenset[str] = frozenset()) -> list[Candidate]:
         self.notes = []
+        if fault.fatal:  # a CUDA/NCCL error or a signal: no patch to the code can be proven to cure it
+            return []
         found: list[Candidate] = []
         sources: list[tuple[str, Repair]] = [
             (PLAYBOOKS, lambda c, f: playbook_candidates(c, f, self.playbooks)), *REPAIRS

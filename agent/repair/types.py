@@ -59,6 +59,8 @@ class Fault:
     # files of the fixable code the job's driver reaches (the scan's list): where a repair looks when the fault
     # has no traceback to point at (a wrong output); set by the validator
     reach: tuple[str, ...] = ()
+    # the process died of something that is not a Python exception (tools/fatal.py): no code patch is proposed
+    fatal: bool = False
 
     @property
     def summary(self) -> str:
