@@ -23,6 +23,8 @@ import pytest
 from agent.config import Target
 from agent.job import in_target_env
 from agent.outcomes import exit_code
+from agent.repair.scan_platform import server_modules
+from agent.repair.types import RepairContext
 from agent.session import run_session
 from tests.fixtures_fake import FIXED, Fake, MakeFake
 from tools import env_scripts, runs
@@ -196,3 +198,14 @@ def test_an_exit_127_alone_or_the_words_alone_are_not_a_missing_program(tmp_path
             time.sleep(0.05)
         lines = [line.text for line in clean_lines(Path(run.log).read_bytes())]
         assert lines and env_scripts.not_found(lines) is None
+
+
+def test_a_server_typed_as_a_console_script_has_its_module_scanned(make_fake: MakeFake) -> None:
+    """`vllm serve …` as typed: the scan reads the module the env's console script starts, as for `-m module`."""
+    fake = with_scripts(make_fake(save=False))
+    ctx = RepairContext(host=LocalHost(), python=str(fake.python), roots=(str(fake.site),),
+                        server_command=("fakecli", "serve", "--port", "{port}"))
+    assert server_modules(ctx) == [str(fake.site / "fakecli_pkg" / "__init__.py")]
+    ctx = RepairContext(host=LocalHost(), python=str(fake.python), roots=(str(fake.site),),
+                        server_command=("nosuch-server", "serve"))
+    assert server_modules(ctx) == []
