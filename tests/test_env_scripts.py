@@ -43,8 +43,15 @@ def main():
 def check():
     print(f"fakecheck ran as {sys.argv[0]}", flush=True)
     return 0 if pathlib.Path(sys.argv[1]).read_text() == "1:a" else 1
+
+def serve():
+    import functools, http.server
+    print(f"fakeserve ran as {sys.argv[0]}", flush=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory="www")
+    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_forever()
 """
-ENTRY_POINTS = "[console_scripts]\nfakecli = fakecli_pkg:main\nfakecheck = fakecli_pkg:check\n"
+ENTRY_POINTS = ("[console_scripts]\nfakecli = fakecli_pkg:main\nfakecheck = fakecli_pkg:check\n"
+                "fakeserve = fakecli_pkg:serve\n")
 DECOY = "#!/bin/sh\necho \"DECOY $0 $*\"\nexit 3\n"
 
 
@@ -74,7 +81,7 @@ def with_scripts(fake: Fake) -> Fake:
 def decoys(folder: Path) -> str:
     """A folder of programs named like the env's that fail loudly: first on the PATH they are given."""
     folder.mkdir(exist_ok=True)
-    for name in ("fakecli", "fakecheck"):
+    for name in ("fakecli", "fakecheck", "fakeserve"):
         (folder / name).write_text(DECOY)
         (folder / name).chmod(0o755)
     return str(folder)
@@ -156,6 +163,34 @@ def test_a_validator_that_is_not_found_ends_the_same_way(scripted: Fake) -> None
     assert state["faults"][-1]["stage"] == "validate" and state["faults"][-1]["exc_type"] == "CommandNotFound"
     assert "`nosuch-checker` was not found" in state["faults"][-1]["message"]
     assert str(fake.python.parent) in state["faults"][-1]["message"]
+
+
+def test_a_server_typed_as_the_envs_console_script_runs_the_envs(scripted: Fake) -> None:
+    (scripted.work / "www").mkdir()
+    (scripted.work / "www" / "health").write_text("ok\n")  # what the server's /health answers
+    fake = configured(scripted, ["fakecli", "out.txt"], ["fakecheck", "out.txt"],
+                      server_command=["fakeserve", "{port}"])
+    fake.caller.write_text(FIXED)
+    outcome, state = run_session(fake.config)
+    assert outcome == "verified", state.get("outcome_detail")
+    started = next(e for e in fake.events("server") if e["event"] == "started")
+    served = str(fake.python.parent / "fakeserve")
+    assert started["command"][0] == served and started["script"]["ran"] == served
+    log = (Path(started["run_dir"]) / "log").read_text()
+    assert f"fakeserve ran as {served}" in log and "DECOY" not in log
+    assert_ran_the_envs_scripts(fake)
+
+
+def test_a_server_that_is_not_found_ends_not_found_on_the_server_side(scripted: Fake) -> None:
+    fake = configured(scripted, ["fakecli", "out.txt"], ["fakecheck", "out.txt"],
+                      server_command=["nosuch-server", "{port}"])
+    outcome, state = run_session(fake.config)
+    assert outcome == "not_found", state.get("outcome_detail")
+    fault = state["faults"][-1]
+    assert fault["exc_type"] == "CommandNotFound" and fault["side"] == "server"
+    assert "`nosuch-server` was not found" in fault["message"] and str(fake.python.parent) in fault["message"]
+    assert "command.sh" not in fault["message"]  # the shell's own words, not medic's wrapper
+    assert not state.get("patches")
 
 
 def test_an_entry_point_whose_script_is_gone_runs_through_the_target_python(make_fake: MakeFake) -> None:

@@ -74,6 +74,7 @@ NOT_FOUND_LINES = (
                r"No such file or directory$"),
     re.compile(r"^(?:.*?: )?(?:line \d+: |\d+: )?(?:exec: )?(?P<name>/\S+): (?:No such file or directory|not found)$"),
 )
+RUN_SCRIPT = re.compile(r"^/\S*/command(?:\.\d+)?\.sh: (?:line )?\d+: ")  # "<run>/command.sh: 1: "
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,6 @@ def not_found(lines: Sequence[str]) -> NotFound | None:
     for line in reversed(lines[: marks[-1]]):
         for pattern in NOT_FOUND_LINES:
             match = pattern.match(line.strip())
-            if match:
-                return NotFound(match["name"], line.strip(), path)
+            if match:  # the shell's words without medic's own command.sh prefix
+                return NotFound(match["name"], RUN_SCRIPT.sub("", line.strip()), path)
     return None
