@@ -23,6 +23,7 @@ import pytest
 from agent.config import Target
 from agent.job import in_target_env
 from agent.outcomes import exit_code
+from agent.record.replay import replay
 from agent.repair.scan_platform import server_modules
 from agent.repair.types import RepairContext
 from agent.session import run_session
@@ -153,6 +154,7 @@ def test_a_program_nobody_has_is_a_fault_of_its_own_that_says_where_it_was_looke
     assert os.environ["PATH"] in message  # and the PATH the job ran with, decoys first
     assert "nosuch-extractor" in fault["summary"] and not fake.events("applied") and not state.get("patches")
     assert len(launches(fake)) == 1 and "nosuch-extractor" in (state.get("outcome_detail") or "")
+    assert replay(fake.trace_path).first_divergence is None  # today's code re-decides it the same way
 
 
 def test_a_validator_that_is_not_found_ends_the_same_way(scripted: Fake) -> None:

@@ -37,7 +37,8 @@ def predicted(fault: FaultData | None) -> bool:
 def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     fault = fault_from_dict(state.get("fault") or FaultData())
     if fault.exc_type == NOT_FOUND:  # no code to patch: a person installs the program or names it by its path
-        deps.record("no_repair", "repair", {"fault": fault.summary, "why": "a program the job names is not there"})
+        deps.record("no_repair", "repair", {"fault": fault.summary, "why": "a program the job names is not there",
+                                            "outcome": "not_found"})
         return {"candidates": [], "proposal": None, "outcome": "not_found",
                 "outcome_detail": f"{fault.message}. Install it in the target env (--python), or name it by "
                                   "its path in the command"}
