@@ -10,24 +10,30 @@ its first fatal line and process, and is ``fatal`` (no code patch is proposed fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agent.codec import fault_to_dict
 from agent.repair.types import Fault, FaultStage, FrameRef
 from agent.state import FaultData, SessionState
-from tools import logs, tracebacks
+from tools import env_scripts, logs, tracebacks
 from tools.fatal import Fatal, first_fatal
 from tools.root_cause import explanatory_level
 
 EXCERPT_LINES = 60
+NOT_FOUND = "CommandNotFound"  # a program the run could not start: no code to patch, the report says where it looked
 
 
-
-def fault_from_log(data: bytes, stage: FaultStage = "crash") -> Fault:
+def fault_from_log(data: bytes, stage: FaultStage = "crash", where: Callable[[str], str] | None = None) -> Fault:
+    """The root cause in a run's log. ``where(name)`` says where the target env was searched for a program the
+    run could not find (agent/job.py where_looked); that fault is one of its own, whatever else the log holds."""
     lines = logs.clean_lines(data)
+    excerpt = _excerpt(lines[-EXCERPT_LINES:])
+    missing = env_scripts.not_found([line.text for line in lines])
+    if missing:
+        return not_found_fault(missing, stage, excerpt, where)
     found = tracebacks.extract_tracebacks(lines)
     root = tracebacks.root_cause(found)
-    excerpt = _excerpt(lines[-EXCERPT_LINES:])
     fatal = first_fatal(lines)
     # a fatal line before (or inside) the root traceback is what killed the process; wrappers and the
     # driver's later errors ("cancelled", "see above") are what it left behind
@@ -71,6 +77,21 @@ def fatal_fault(fatal: Fatal, lines: list[logs.LogLine], stage: FaultStage) -> F
 
 def _excerpt(lines: list[logs.LogLine]) -> str:
     return "\n".join(f"({line.proc}) {line.text}" if line.proc else line.text for line in lines)
+
+
+def not_found_fault(missing: env_scripts.NotFound, stage: FaultStage, excerpt: str,
+                    where: Callable[[str], str] | None = None) -> Fault:
+    """A program the shell could not find (exit 127), with what was looked up and where: the target env's
+    folders and entry points, and the PATH the job ran with. Nothing to patch: a person installs or names it."""
+    env_side = where(missing.name) if where else ""
+    said = f"`{missing.name}` was not found (exit {env_scripts.NOT_FOUND_EXIT}: {missing.line!r})"
+    if "/" in missing.name:  # a path: no lookup, the file is not there
+        message = f"{said}: {env_side or 'no such file'}"
+    else:
+        path = f"the PATH the job ran with ({missing.path})" if missing.path else "the PATH the job ran with"
+        message = f"{said}: " + (f"{env_side}; " if env_side else "") + f"nor is it on {path}"
+    return Fault(stage=stage, exc_type=NOT_FOUND, message=message, frames=(),
+                 fingerprint=f"not_found:{missing.name}", log_excerpt=excerpt)
 
 
 def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bool = False,

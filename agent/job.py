@@ -1,7 +1,8 @@
-"""The user's command as the target runs it: which interpreter, which driver script, which folders.
+"""The user's command as the target runs it: which interpreter, which program, which driver script, which folders.
 
 A command written ``python extract.py`` means the target env's python (``--python``), not whatever ``python``
-comes first on the host's PATH; and a relative path in it is relative to the job's ``--workdir``, where the
+comes first on the host's PATH; ``speculators …``, ``vllm serve …``, ``torchrun …`` mean the env's own program
+(tools/env_scripts.py), activated or not; and a relative path in it is relative to the job's ``--workdir``, where the
 job runs, not to the folder medic was started in.
 """
 
@@ -11,9 +12,11 @@ import os
 import posixpath
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from agent.config import SessionConfig, Target
 from agent.state import SessionState
+from tools import env_scripts
 from tools import source as src_tools
 from tools.errors import MedicError, UsageError
 from tools.host import Host
@@ -38,6 +41,32 @@ def with_interpreter(command: Sequence[str], python: str) -> tuple[list[str], st
 def substituted(replaced: str | None, python: str) -> dict[str, dict[str, str | None]]:
     """For the trace: which bare interpreter name of the command was run as the target's python."""
     return {"interpreter": {"given": replaced, "ran": python}} if replaced else {}
+
+
+def in_target_env(host: Host, command: Sequence[str], target: Target) -> tuple[list[str], dict[str, Any]]:
+    """``command`` as the target env runs it, wherever medic starts one (a launch, the canary, the server, the
+    validator): a bare python is ``--python``; a program of the env (a console script of one of its distributions,
+    a file in its scripts folder) is that env's, never the host PATH's. The second value says for the trace what
+    was replaced ({} when nothing was)."""
+    words, replaced = with_interpreter(command, target.python)
+    if replaced:
+        return words, substituted(replaced, target.python)
+    words, script = env_scripts.resolve(host, target.python, words, target.env)
+    return words, {"script": script} if script else {}
+
+
+def where_looked(host: Host, target: Target, name: str) -> str:
+    """For a program the run could not find: where the target env was searched for it."""
+    if "/" in name:
+        if not host.exists(name):
+            return f"there is no such file on {host.name}"
+        try:  # the file is there: the interpreter its first line names is not (a venv moved or deleted)
+            first = host.read_bytes(name, 0, 256).split(b"\n", 1)[0].decode(errors="replace")
+        except MedicError:
+            first = ""
+        return (f"the file is there, but the interpreter its first line names is not: {first}"
+                if first.startswith("#!") else f"{name} is there but {host.name} cannot run it")
+    return env_scripts.lookup(host, target.python, name, target.env).describe(target.python)
 
 
 def canary_commands(state: SessionState, config: SessionConfig) -> tuple[list[str] | None, list[str] | None]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal, NamedTuple
 
 OutcomeName = Literal["verified", "error", "budget", "no_repair", "waiting", "unverified", "rejected",
-                      "host_change", "stopped"]
+                      "host_change", "stopped", "not_found"]
 
 
 class Outcome(NamedTuple):
@@ -28,6 +28,8 @@ OUTCOMES: dict[str, Outcome] = {
     "host_change": Outcome(8, "waiting for a person to change the host: run the step shown, then `medic resume`"),
     # medic itself was stopped (a signal, or it died) before the session ended: nothing is lost
     "stopped": Outcome(9, "medic was stopped before the session ended: `medic resume SESSION` goes on"),
+    # the shell found no program the command (or --server, or --validate) names: nothing to patch
+    "not_found": Outcome(10, "a program the job names was not found: the report says where medic looked"),
 }
 
 

@@ -63,6 +63,7 @@ class LaunchData(TypedDict, total=False):
     command: list[str]
     reattached: bool
     interpreter: dict[str, Any]  # which bare python name ran as the target's python
+    script: str  # which program of the target env ran for the command's head
     job_id: str
     job_name: str
     shards: list[int]
@@ -98,6 +99,8 @@ class ServerData(TypedDict, total=False):
     why: str
     seconds: float
     exit_code: int | None
+    interpreter: dict[str, Any]
+    script: str
 
 
 class SchedulerData(TypedDict, total=False):
@@ -198,6 +201,7 @@ class ValidateData(TypedDict, total=False):
     exit_code: int | None
     builtin: bool
     interpreter: dict[str, Any]
+    script: str
 
 
 class LaunchRefData(TypedDict, total=False):  # canary_passed

@@ -17,17 +17,20 @@ other. The validate node and the launch node (before a relaunch) both judge thro
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import replace
+from functools import partial
 from typing import Any, cast
 
 from agent.config import SessionConfig
 from agent.deps import Deps
-from agent.faults import record_fault
-from agent.job import canary_commands, driver_path, substituted, with_interpreter
+from agent.faults import not_found_fault, record_fault
+from agent.job import canary_commands, driver_path, in_target_env, where_looked
 from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef
 from agent.shards import total
 from agent.state import LaunchRecord, SessionState, ValidationReport
+from tools import env_scripts
 from tools.errors import MedicError, RunError
 from tools.host import CommandResult, Host
 from tools.runs import Run
@@ -43,9 +46,10 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     target = deps.config.target
     canary = (state.get("run") or {}).get("kind") == "canary"
     run_command, given = canary_commands(state, deps.config) if canary else (target.command, target.validate_command)
-    stdin, replaced, described = None, None, ""
+    stdin, described = None, ""
+    resolved: dict[str, Any] = {}
     if given:  # the validator runs in the target env too: `python verify.py` means --python
-        command, replaced = with_interpreter(given, target.python)
+        command, resolved = in_target_env(deps.host, given, target)
         described = f"`{' '.join(command)}`"  # whole: people read it shortened (agent/record/people.py), not cut
         output = locate(deps.host, run_command or target.command, target.workdir,
                         output=None if canary else target.output)[0]
@@ -61,8 +65,17 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     if older:  # a run that exits 0 without writing leaves the last run's file (the canary's, say): not this one's
         result, report = CommandResult(1, "", older, 0.0), ValidationReport(verified=False, problems=[older])
     else:
-        result = deps.host.run(command, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=target.env, stdin=stdin)
+        # a validator that is not found logs the PATH it ran with, as a run does (tools/env_scripts.py)
+        line = f"{shlex.join(command)}\n{env_scripts.NOT_FOUND_TAIL}"
+        result = deps.host.run(line, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=target.env, stdin=stdin)
         report = parse_report(result.stdout)
+        missing = env_scripts.not_found(result.stderr.splitlines())
+        if missing and result.exit_code == env_scripts.NOT_FOUND_EXIT:
+            fault = not_found_fault(missing, "canary" if canary else "validate", deps.trace.redactor.text(
+                result.stderr[-4000:]), partial(where_looked, deps.host, target))
+            deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary,
+                                              "evidence": [missing.line]})
+            return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
     verified = result.exit_code == 0 and report.get("verified", True) is True
     evidence = evidence_lines(report, result.stdout, result.stderr) or [f"the validator exited {result.exit_code}"]
     summary = ((f"verified by {described}: {report['sequences']} sequences, per-layer max abs error "
@@ -71,7 +84,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                else f"NOT verified by {described} (exit {result.exit_code}): {'; '.join(evidence[:3])}")
     deps.record("validate", "validate", {"summary": summary, "verified": verified, "report": report,
                                          "exit_code": result.exit_code, "builtin": not given,
-                                         **substituted(replaced, target.python)})
+                                         **resolved})
     if verified and canary:  # the cheap run is right: now the target model, once
         deps.record("canary_passed", "validate", {"launch": (state.get("run") or {}).get("n")})
         return {"validation": report, "canary_done": True, "fault": None}

@@ -47,7 +47,7 @@ def test_one_repair_for_all_shard_runs_and_a_verified_shard_never_runs_again(mak
     assert sorted(last) == [1, 2]
     for shard, (folder,) in last.items():  # each shard's command got its own index, and its log is its own
         command = (folder / "command.sh").read_text()
-        assert command.rstrip().endswith(f"driver.py --shard {shard}") and f"MEDIC_SHARD={shard}" in command
+        assert command.splitlines()[0].endswith(f"driver.py --shard {shard}") and f"MEDIC_SHARD={shard}" in command
         assert (folder / "exit").read_text() == "0\n" and "driver done" in (folder / "log").read_text()
     assert replay(fake.trace_path).first_divergence is None
     report = postmortem_markdown(read_trace(fake.trace_path))

@@ -3,7 +3,7 @@
 A run is a folder on the host, and everything medic knows about it is read back from there, so neither a
 dropped connection nor a restarted agent loses anything:
 
-    command.sh  the command line, with its cwd and env
+    command.sh  the command line, with its cwd and env; on exit 127 it logs the PATH it ran with
     run.sh      the wrapper: writes ``pid`` first, runs command.sh, then writes ``exit`` (tmp file + mv)
     log         stdout and stderr of the command, appended
     pid         the wrapper's pid, which is also the run's process group (it starts a new session)
@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from tools.env_scripts import NOT_FOUND_TAIL
 from tools.errors import HostError, HostUnreachable, RunError
 from tools.host import Command, Host, as_shell
 from tools.run_procs import PROCS_SH
@@ -93,7 +94,7 @@ def launch(host: Host, command: Command, *, run_dir: str, cwd: str | None = None
                     f"mkdir -p {folder}", timeout=30.0)
     if not made.ok:
         raise RunError(f"cannot prepare run folder {run.dir} on {host.name}: {made.stderr.strip()}")
-    host.write_bytes_atomic(f"{run.dir}/command.sh", (line + "\n").encode(), mode=0o644)
+    host.write_bytes_atomic(f"{run.dir}/command.sh", f"{line}\n{NOT_FOUND_TAIL}\n".encode(), mode=0o644)
     wrapper = _WRAPPER_SH.replace("@DIR@", folder).replace("@GRACE@", str(seconds(REAP_GRACE)))
     host.write_bytes_atomic(f"{run.dir}/run.sh", wrapper.encode(), mode=0o755)
     # setsid: a new session and process group, so no hangup, no job control and no timeout of the

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tools.env_scripts import NOT_FOUND_TAIL
 from tools.errors import HostError, HostUnreachable, RunError
 from tools.host import Host, as_shell
 from tools.runs import MAX_CHUNK, LogChunk
@@ -94,7 +95,8 @@ def submit(host: Host, command: Sequence[str], *, run_dir: str, job_name: str, c
         words = list(command) if shard is None else with_shard(command, shard)
         shard_env = dict(env or {}) if shard is None else {**(env or {}), "MEDIC_SHARDS": str(len(shards))}
         name = "command.sh" if shard is None else f"command.{shard}.sh"
-        host.write_bytes_atomic(f"{folder}/{name}", (as_shell(words, cwd=cwd, env=shard_env) + "\n").encode())
+        host.write_bytes_atomic(f"{folder}/{name}",
+                                f"{as_shell(words, cwd=cwd, env=shard_env)}\n{NOT_FOUND_TAIL}\n".encode())
     host.write_bytes_atomic(f"{folder}/job.sh", _JOB_SH.replace("@DIR@", quoted).encode(), mode=0o755)
     options = ["--parsable", f"--job-name={job_name}", "--open-mode=append",
                f"--output={folder}/log" + (".%a" if shards else "")]

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent.faults import fault_from_log
-from agent.job import with_interpreter
+from agent.job import in_target_env
 from agent.launchers.base import (
     Explained,
     Launcher,
@@ -148,13 +148,13 @@ def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
         deps.record("server", "launch", {"event": "reattached", "n": n, "run_dir": run.dir, "port": port})
     else:
         port = target.server_port or server_job.free_port(deps.host, target.python)
-        command, _ = with_interpreter(server_job.with_port(target.server_command or [], port), target.python)
+        command, resolved = in_target_env(deps.host, server_job.with_port(target.server_command or [], port), target)
         env, unset = job_environment(deps, state, WIDE_CONSOLE)
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/servers"], timeout=30)
         run = runs.launch(deps.host, with_unset(command, unset), run_dir=base, cwd=target.workdir, env=env)
         write_ledger(deps.host, ledger, {"n": n, "run": run.dir, "port": port})
         deps.record("server", "launch", {"event": "started", "n": n, "run_dir": run.dir, "log": run.log,
-                                         "port": port, "command": command})
+                                         "port": port, "command": command, **resolved})
     started = deps.clock()
     ready = server_job.wait_ready(deps.host, target.python, run, port, timeout=target.server_ready_timeout,
                                   poll=max(0.2, deps.poll_interval))

@@ -4,10 +4,12 @@ launcher explains it: how Slurm ended a job, which side of a server and its clie
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from agent.deps import Deps
 from agent.faults import fault_from_log, record_fault
+from agent.job import where_looked
 from agent.launchers.base import read_log
 from agent.state import SessionState
 
@@ -17,7 +19,8 @@ __all__ = ["diagnose", "fault_from_log"]  # fault_from_log: where tests and tool
 def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
     record = state.get("run") or {}
     logged = fault_from_log(read_log(deps.host, deps.launcher.log_of(record)),
-                            stage="canary" if record.get("kind") == "canary" else "crash")
+                            stage="canary" if record.get("kind") == "canary" else "crash",
+                            where=partial(where_looked, deps.host, deps.config.target))
     fault, side, server = deps.launcher.explain(state, record, logged)
     # the log is the job's output: it reaches the checkpoint, the report and any prompt only redacted
     red = deps.trace.redactor

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from agent.deps import Deps
-from agent.job import canary_commands, on_canary, substituted, with_interpreter
+from agent.job import canary_commands, in_target_env, on_canary
 from agent.launchers.base import LaunchPlan
 from agent.shards import shards_for
 from agent.state import SessionState
@@ -19,10 +19,10 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     cfg = deps.config
     kind = "canary" if on_canary(state, cfg) else "target"
     command = canary_commands(state, cfg)[0] if kind == "canary" else cfg.target.command
-    # `python ...` means the target env's python, not the one first on the host's PATH
-    command, replaced = with_interpreter(command or [], cfg.target.python)
+    # `python ...`, `speculators ...` mean the target env's, not the ones first on the host's PATH
+    command, resolved = in_target_env(deps.host, command or [], cfg.target)
     plan = LaunchPlan(n=len(state.get("launches") or []) + 1, kind=kind, command=command, started=deps.clock(),
-                      trace_extra=substituted(replaced, cfg.target.python),
+                      trace_extra=resolved,
                       plan_shards=partial(plan_shards, state, deps, kind))
     return deps.launcher.start(state, plan)
 

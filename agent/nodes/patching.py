@@ -21,6 +21,7 @@ from agent.codec import (
     proposal_of,
 )
 from agent.deps import Deps
+from agent.faults import NOT_FOUND
 from agent.repair.types import Candidate, RepairContext
 from agent.state import CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
 from tools.errors import PatchError
@@ -35,6 +36,12 @@ def predicted(fault: FaultData | None) -> bool:
 
 def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     fault = fault_from_dict(state.get("fault") or FaultData())
+    if fault.exc_type == NOT_FOUND:  # no code to patch: a person installs the program or names it by its path
+        deps.record("no_repair", "repair", {"fault": fault.summary, "why": "a program the job names is not there",
+                                            "outcome": "not_found"})
+        return {"candidates": [], "proposal": None, "outcome": "not_found",
+                "outcome_detail": f"{fault.message}. Install it in the target env (--python), or name it by "
+                                  "its path in the command"}
     tried = list(state.get("tried") or [])
     queue = [c for c in state.get("candidates") or [] if c["patch"]["id"] not in tried]
     if not queue and len(tried) < deps.config.budgets.max_candidates_per_fault:

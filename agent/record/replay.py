@@ -150,7 +150,8 @@ class _Replay:
         elif ev.kind == "no_repair":
             s.update({"proposal": None})
             if not d.get("left_for"):  # a scan finding with no repair is left for the runs, not the end
-                s.update({"outcome": "no_repair", "outcome_detail": f"{d.get('fault')} — {d.get('why')}"})
+                s.update({"outcome": d.get("outcome") or "no_repair",
+                          "outcome_detail": f"{d.get('fault')} — {d.get('why')}"})
             self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)
         elif ev.kind == "approval_answer" and d.get("action") == "reject":
             s.update({"proposal": None, "tried": [*s.get("tried", []), str(d.get("patch_id"))]})

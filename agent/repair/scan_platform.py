@@ -22,6 +22,7 @@ from agent.repair.context import library_definitions, read_source
 from agent.repair.derived_platform import METADATA_CALLS, distribution_of, library_predicate
 from agent.repair.edits import Source, callee_name
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
+from tools import env_scripts
 from tools import source as src_tools
 from tools.errors import MedicError
 
@@ -35,6 +36,9 @@ def server_modules(ctx: RepairContext) -> list[str]:
         return list(ctx.memo["server_modules"])
     command = list(ctx.server_command)
     modules = [command[i + 1] for i, word in enumerate(command[:-1]) if word == "-m"]
+    if command and env_scripts.is_bare(command[0]):  # `vllm serve …`: the module its console script starts
+        entry = env_scripts.lookup(ctx.host, ctx.python, command[0], ctx.job_env).entry_point
+        modules += [entry["value"].split(":")[0].strip()] if entry else []
     paths: list[str] = []
     for module in modules:
         try:
