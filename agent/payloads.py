@@ -63,7 +63,7 @@ class LaunchData(TypedDict, total=False):
     command: list[str]
     reattached: bool
     interpreter: dict[str, Any]  # which bare python name ran as the target's python
-    script: str  # which program of the target env ran for the command's head
+    script: dict[str, Any]  # which program of the target env ran for the command head (given, ran)
     job_id: str
     job_name: str
     shards: list[int]
@@ -100,7 +100,7 @@ class ServerData(TypedDict, total=False):
     seconds: float
     exit_code: int | None
     interpreter: dict[str, Any]
-    script: str
+    script: dict[str, Any]
 
 
 class SchedulerData(TypedDict, total=False):
@@ -137,7 +137,7 @@ class FaultData(TypedDict, total=False):
     repeated: bool
     frames: Frames
     side: str | None  # a server job: "server" or "client"
-    server: dict[str, Any]
+    server: int | None  # the server (S<n>) of the side that failed
     finding: str | None  # the scan's finding kind
     evidence: list[str]  # the validator's failing lines
 
@@ -157,6 +157,7 @@ class NoRepairData(TypedDict, total=False):
     fault: str
     why: str
     left_for: str
+    outcome: str  # an outcome of its own (not_found), not the plain no_repair
 
 
 class PatchData(TypedDict, total=False):  # applied, patch_refused, reverted
@@ -201,7 +202,7 @@ class ValidateData(TypedDict, total=False):
     exit_code: int | None
     builtin: bool
     interpreter: dict[str, Any]
-    script: str
+    script: dict[str, Any]
 
 
 class LaunchRefData(TypedDict, total=False):  # canary_passed
