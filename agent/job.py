@@ -124,6 +124,37 @@ def driver_path(target: Target, host: Host | None = None) -> str | None:
     return path if path.endswith(".py") else None
 
 
+def named_scripts(target: Target) -> list[tuple[str, str]]:
+    """(what, path on the host) of each script file the job's command and its ``--validate`` name to run: the
+    driver (``python extract.py``, ``torchrun extract.py``), the validator's script, or a program named by a path
+    (``./check.sh``). Relative paths are the workdir's. A path holding a placeholder (``{shard}``) or a space (a
+    ``sh -c`` string) names no one file, and ``-m module`` is the env's to find: those are left to the run."""
+    found: list[tuple[str, str]] = []
+    for what, command in (("driver", target.command), ("--validate script", target.validate_command)):
+        if not command:
+            continue
+        words, _ = with_interpreter(command, target.python)
+        named = script_argument(words, target.python)
+        path = named[1] if named and named[0] == "script" else None
+        if path is None and not is_interpreter(words[0], target.python) and "/" in words[0]:
+            path = words[0]
+        if path and not any(c in path for c in "{} \t\n"):
+            found.append((what, posixpath.normpath(posixpath.join(target.workdir, path))))
+    return found
+
+
+def missing_script(host: Host, target: Target) -> str | None:
+    """Why the job cannot start because a script it names is not there (one line), or None. Checked before
+    anything is created: a run would only fail with "can't open file" after a launch."""
+    for what, path in named_scripts(target):
+        st = host.stat(path)
+        if st is not None and st.is_symlink:  # a link must lead to a file
+            st = host.stat(host.realpath(path))
+        if st is None or st.is_dir:
+            return f"the {what} {path} does not exist on {host.name} (or is a folder)"
+    return None
+
+
 def local_path(value: str, host: str) -> str:
     """A path given on the command line, as the Target wants it: on this machine (``host`` local) a relative
     path is relative to medic's cwd; a remote host has no cwd of medic's, so there it must be absolute."""
