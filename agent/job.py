@@ -16,7 +16,8 @@ from agent.config import SessionConfig, Target
 from agent.state import SessionState
 from tools import source as src_tools
 from tools.errors import MedicError, UsageError
-from tools.host import Host
+from tools.host import Host, read_text
+from tools.model_folder import ModelFolder, model_folders, on_host
 
 BARE_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")  # a name PATH would resolve: python, python3, python3.11
 INTERPRETER = re.compile(r"python[0-9.]*")  # the basename of any CPython interpreter
@@ -47,6 +48,28 @@ def canary_commands(state: SessionState, config: SessionConfig) -> tuple[list[st
         return target.canary_command, target.canary_validate_command
     derived = (state.get("preflight") or {}).get("canary") or {}
     return derived.get("command"), derived.get("validate")
+
+
+def canary_env(state: SessionState, config: SessionConfig) -> dict[str, str]:
+    """What the canary's runs set over the job's env (the variable that names the model folder, when one does)."""
+    if config.target.canary_command:
+        return {}
+    return dict(((state.get("preflight") or {}).get("canary") or {}).get("env") or {})
+
+
+def job_model_folder(target: Target, host: Host) -> ModelFolder | None:
+    """The job's model folder, however its command names it (tools/model_folder.py): ``--canary-model`` when
+    given (a relative one is the workdir's), found where the job names it; else the first one the job names."""
+    driver = driver_path(target, host)
+    try:
+        source = read_text(host, driver) if driver and host.exists(driver) else None
+    except MedicError:
+        source = None
+    found = model_folders(host, target.command, target.workdir, target.env, source)
+    if not target.model_dir:
+        return found[0] if found else None
+    given = on_host(target.model_dir, target.workdir).rstrip("/")
+    return next((f for f in found if f.path == given), ModelFolder(given, target.model_dir, "command"))
 
 
 def on_canary(state: SessionState, config: SessionConfig) -> bool:

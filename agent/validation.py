@@ -23,7 +23,7 @@ from typing import Any, cast
 from agent.config import SessionConfig
 from agent.deps import Deps
 from agent.faults import record_fault
-from agent.job import canary_commands, driver_path, substituted, with_interpreter
+from agent.job import canary_commands, canary_env, driver_path, job_model_folder, substituted, with_interpreter
 from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef
 from agent.shards import total
@@ -44,14 +44,17 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     canary = (state.get("run") or {}).get("kind") == "canary"
     run_command, given = canary_commands(state, deps.config) if canary else (target.command, target.validate_command)
     stdin, replaced, described = None, None, ""
+    env = {**target.env, **(canary_env(state, deps.config) if canary else {})}  # the canary's model variable
     if given:  # the validator runs in the target env too: `python verify.py` means --python
         command, replaced = with_interpreter(given, target.python)
         described = f"`{' '.join(command)}`"  # whole: people read it shortened (agent/record/people.py), not cut
         output = locate(deps.host, run_command or target.command, target.workdir,
                         output=None if canary else target.output)[0]
     else:
+        model = None if canary else job_model_folder(target, deps.host)  # the canary's is in its command or env
         own = builtin_check(deps.host, target.python, run_command or target.command, target.workdir,
-                            output=None if canary else target.output, model_dir=None if canary else target.model_dir)
+                            output=None if canary else target.output, model_dir=model.path if model else None,
+                            env=env)
         if isinstance(own, str):
             detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
             deps.record("validate", "validate", {"summary": detail, "verified": False})
@@ -61,7 +64,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     if older:  # a run that exits 0 without writing leaves the last run's file (the canary's, say): not this one's
         result, report = CommandResult(1, "", older, 0.0), ValidationReport(verified=False, problems=[older])
     else:
-        result = deps.host.run(command, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=target.env, stdin=stdin)
+        result = deps.host.run(command, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=env, stdin=stdin)
         report = parse_report(result.stdout)
     verified = result.exit_code == 0 and report.get("verified", True) is True
     evidence = evidence_lines(report, result.stdout, result.stderr) or [f"the validator exited {result.exit_code}"]

@@ -13,7 +13,6 @@ Any validator's output is evidence; the lines that say what failed come first (t
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -22,11 +21,10 @@ from importlib import resources
 from typing import Any
 
 from tools.host import Host
+from tools.model_folder import model_folders, on_host, option_values
 
 SCRIPT = "output_check.py"
 OUTPUT_OPTION = re.compile(r"^--?(?:o|(?:out|output|save)(?:[-_]\w+)*)$")
-MODEL_OPTION = re.compile(
-    r"^--?(?:model|(?:base|target|verifier)[-_]model)(?:[-_](?:path|dir|name(?:[-_]or[-_]path)?))?$")
 OUTPUT_SUFFIXES = (".pt", ".pth")
 EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Failure|Mismatch)\b")
 FAILING_LINE = re.compile(
@@ -47,26 +45,8 @@ class BuiltinCheck:
         return f"medic's own check of {self.output} against {self.model}"
 
 
-def option_values(command: Sequence[str], pattern: re.Pattern[str]) -> list[str]:
-    """Values of the options whose name matches ``pattern``: ``--opt VALUE`` and ``--opt=VALUE``."""
-    values = []
-    for i, arg in enumerate(command):
-        name, eq, value = arg.partition("=")
-        if not pattern.match(name):
-            continue
-        if eq:
-            values.append(value)
-        elif i + 1 < len(command) and not command[i + 1].startswith("-"):
-            values.append(command[i + 1])
-    return values
-
-
-def on_host(path: str, workdir: str) -> str:
-    return path if path.startswith("/") else posixpath.normpath(posixpath.join(workdir, path))
-
-
 def locate(host: Host, command: Sequence[str], workdir: str, *, output: str | None = None,
-           model_dir: str | None = None) -> tuple[str | None, str | None]:
+           model_dir: str | None = None, env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
     """(output, model folder) of a job, each None where nothing names one that exists."""
     if output is None:
         named = option_values(command, OUTPUT_OPTION)
@@ -74,18 +54,17 @@ def locate(host: Host, command: Sequence[str], workdir: str, *, output: str | No
         output = next((p for p in (on_host(a, workdir) for a in [*named, *files]) if host.exists(p)), None)
     else:
         output = on_host(output, workdir)
-    if model_dir is None:
-        named = option_values(command, MODEL_OPTION)
-        rest = [a for a in command[1:] if not a.startswith("-")]
-        model_dir = next((p for p in (on_host(a, workdir) for a in [*named, *rest])
-                          if host.exists(f"{p.rstrip('/')}/config.json")), None)
+    if model_dir is None:  # however the command (or its env) names it: tools/model_folder.py
+        model_dir = next((f.path for f in model_folders(host, command, workdir, env)), None)
+    else:
+        model_dir = on_host(model_dir, workdir)
     return output, model_dir
 
 
 def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str, *, output: str | None = None,
-                  model_dir: str | None = None) -> BuiltinCheck | str:
+                  model_dir: str | None = None, env: Mapping[str, str] | None = None) -> BuiltinCheck | str:
     """The command of medic's own check for this job, or why there is none (what medic could not find)."""
-    found_output, found_model = locate(host, command, workdir, output=output, model_dir=model_dir)
+    found_output, found_model = locate(host, command, workdir, output=output, model_dir=model_dir, env=env)
     missing = [what for what, value in (("the output file (--output PATH)", found_output),
                                         ("the model folder with a config.json (--model-dir DIR)", found_model))
                if not value]
