@@ -17,7 +17,7 @@ other. The validate node and the launch node (before a relaunch) both judge thro
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, cast
 
 from agent.config import SessionConfig
@@ -25,7 +25,7 @@ from agent.deps import Deps
 from agent.faults import record_fault
 from agent.job import canary_commands, canary_env, driver_path, job_model_folder, substituted, with_interpreter
 from agent.repair.scan import scan_files
-from agent.repair.types import Fault, FrameRef
+from agent.repair.types import Fault, FrameRef, OutputFacts
 from agent.shards import total
 from agent.state import LaunchRecord, SessionState, ValidationReport
 from tools.errors import MedicError, RunError
@@ -83,14 +83,37 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     if report.get("readable") is False or (result.exit_code == CANNOT_READ and not report):
         # the output could not be read at all: nothing says what is wrong with it, so nothing to repair from
         return {"validation": report, "outcome": "unverified", "outcome_detail": summary}
+    facts = (OutputFacts.from_report(dict(report)) if not given
+             else measured_facts(deps, run_command or target.command, output, env))
     red = deps.trace.redactor  # the validator's output is the job's data: redacted before it is kept
     output = "\n".join(f"({stream}) {line}" for stream, text in (("stderr", result.stderr), ("stdout", result.stdout))
                        for line in text.strip().splitlines()[-40:])
     fault = Fault("canary" if canary else "validate", "OutputMismatch", red.text("\n".join(evidence)), (),
                   caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + evidence[0][:60],
-                  log_excerpt=red.text(output), reach=reached_files(state, deps))
-    deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10]})
+                  log_excerpt=red.text(output), reach=reached_files(state, deps), output=facts)
+    deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10],
+                                      "facts": asdict(facts) if facts else None})
     return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
+
+
+def measured_facts(deps: Deps, command: list[str], output: str | None, env: dict[str, str]) -> OutputFacts | None:
+    """The user's validator said no in its own words: medic's own check of the same output says what is wrong
+    with it as facts (which sequences are short, which layers' values are off), for the repairs to read. None
+    when medic cannot find the output or the model, or its check could not read the output."""
+    target = deps.config.target
+    model = job_model_folder(target, deps.host) if (deps.config.target.command == command) else None
+    own = builtin_check(deps.host, target.python, command, target.workdir, output=output,
+                        model_dir=model.path if model else None, env=env)
+    if isinstance(own, str):
+        return None
+    try:
+        result = deps.host.run(own.argv, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=env, stdin=own.stdin)
+    except MedicError:
+        return None
+    report = parse_report(result.stdout)
+    deps.record("check", "validate", {"check": own.describe(), "ok": result.exit_code == 0, "when": "validate",
+                                      "detail": "; ".join(report.get("problems") or [])[:300]})
+    return OutputFacts.from_report(dict(report))
 
 
 def stale_output(host: Host, output: str | None, run_dir: str | None) -> str | None:

@@ -8,7 +8,8 @@ that is an existing ``.pt`` file; the value of a ``--model``-like option, else a
 with a ``config.json``. Relative paths are the workdir's.
 
 Any validator's output is evidence; the lines that say what failed come first (the validator's own
-``problems``, then exception lines, then lines that report a failure), the rest after them.
+``problems``, then exception lines, then lines that report a failure), then the lines that do not say they
+passed, its "ok" lines last.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Failure|Mismatch)\b")
 FAILING_LINE = re.compile(
     r"(?i)\b(?:fail\w*|wrong|errors?|mismatch\w*|differ\w*|expected|assert\w*|not ok|not verified|unverified|"
     r"invalid|missing|nan|exceed\w*|too (?:short|long|large|small)|unreadable|cannot)\b")
+# a line that reports a check that passed ("ok: …", "PASS seq 3", "layer 2 … ok"): never evidence of a failure
+PASSING_LINE = re.compile(r"(?i)^(?:ok|pass(?:ed)?|good|[✓✔])\b|\b(?:ok|passed|[✓✔])\.?$")
 CONTEXT_LINE = re.compile(r'^(?:Traceback \(most recent call last\):|File ".*", line \d+)')
 MAX_EVIDENCE = 40
 
@@ -83,7 +86,10 @@ def evidence_lines(report: Mapping[str, Any], stdout: str, stderr: str) -> list[
              if line.strip() and not line.lstrip().startswith("{")]  # the JSON report is read, not quoted
     exceptions = [line for line in lines if EXCEPTION_LINE.match(line)]
     failing = [line for line in lines if FAILING_LINE.search(line) and not CONTEXT_LINE.match(line)]
-    ordered = [*problems, *exceptions[::-1], *failing, *lines]
+    # a validator's lines in its own words: those that fail first, then those that do not say they passed,
+    # its passing lines ("ok …", mostly) last
+    ordered = [*problems, *exceptions[::-1], *failing, *(line for line in lines if not PASSING_LINE.search(line)),
+               *lines]
     seen: dict[str, None] = {}
     for line in ordered:
         if not any(known in line for known in seen):  # "WRONG: x" says no more than x

@@ -28,6 +28,31 @@ class Finding:
     detail: str = ""
 
 
+OutputFact = Literal["short_sequences", "misshapen_sequences", "layer_count_sequences", "off_layers"]
+
+
+@dataclass(frozen=True)
+class OutputFacts:
+    """What medic's own check (tools/output_check.py) found wrong in an output, as fields — whoever judged it
+    wrong: a repair reads these, never the wording of a validator. Sequence indices; layer ids for values."""
+
+    short_sequences: tuple[int, ...] = ()  # fewer rows than tokens (cached or skipped tokens never captured)
+    misshapen_sequences: tuple[int, ...] = ()  # any other shape
+    layer_count_sequences: tuple[int, ...] = ()  # not one tensor per layer id
+    off_layers: tuple[int, ...] = ()  # values beyond the tolerance against the fp32 reference
+
+    @classmethod
+    def from_report(cls, report: dict[str, Any]) -> OutputFacts | None:
+        """The facts of a check's JSON report; None when it has none (a report of another validator)."""
+        names = ("short_sequences", "misshapen_sequences", "layer_count_sequences", "off_layers")
+        if not any(isinstance(report.get(n), list | tuple) for n in names):
+            return None
+        return cls(**{n: tuple(int(x) for x in report.get(n) or [] if isinstance(x, int)) for n in names})
+
+    def holds(self, fact: OutputFact) -> bool:
+        return bool(getattr(self, fact))
+
+
 @dataclass(frozen=True)
 class FrameRef:
     """One stack frame as the repair engine needs it."""
@@ -59,6 +84,7 @@ class Fault:
     # files of the fixable code the job's driver reaches (the scan's list): where a repair looks when the fault
     # has no traceback to point at (a wrong output); set by the validator
     reach: tuple[str, ...] = ()
+    output: OutputFacts | None = None  # a wrong output: what medic's own check measured in it
 
     @property
     def summary(self) -> str:
