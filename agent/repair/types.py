@@ -11,7 +11,7 @@ from tools.tracebacks import message_line
 
 FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
 FindingKind = Literal["unexpected_kwarg", "missing_argument", "protocol_step", "return_shape", "device_call",
-                      "grafted_member", "environment", "distribution_name", "capability"]
+                      "grafted_member", "environment", "env_choice", "distribution_name", "capability"]
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,7 @@ class RepairContext:
     architectures: tuple[str, ...] = ()  # the target model's, from its config.json (what the library will build)
     server_command: tuple[str, ...] = ()  # a two-process job's server: the library code it starts is scanned too
     job_env: dict[str, str] | None = None  # what the next launch runs with (the job's env and kept remedies)
+    device: str | None = None  # the job's device as its target says ("cuda", "cpu"); None: what its torch sees
     # caches only (answers of the target env and of the source); every input is a field above
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # probe answers, per context
 
