@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, cast
 
-from agent.repair.types import Candidate, Check, Fault, Finding, FrameRef
+from agent.repair.types import Candidate, Check, Fault, Finding, FrameRef, OutputFacts
 from agent.state import CandidateData, CheckData, FaultData, PatchData, SessionState
 from tools.patches import Patch
 
@@ -20,6 +20,8 @@ def fault_from_dict(data: FaultData) -> Fault:
     fields["caller_frames"] = tuple(FrameRef(**f) for f in data.get("caller_frames", ()))
     finding = data.get("finding")
     fields["finding"] = Finding(**cast(dict[str, Any], finding)) if finding else None
+    output = data.get("output")
+    fields["output"] = OutputFacts.from_report(cast(dict[str, Any], output)) if output else None
     for extra in ("launch", "repeated", "side", "server"):  # what the state adds to a Fault
         fields.pop(extra, None)
     return Fault(**fields)

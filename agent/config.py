@@ -45,6 +45,8 @@ class Target(BaseModel):
     server_port: int | None = Field(default=None, ge=1, le=65535)  # None: medic picks a free loopback port
     server_ready_timeout: float = Field(default=1800.0, gt=0)
     keep_server: bool = False  # leave the server running when the session ends
+    # the device the job runs on; None: the one the target env's torch sees (a GPU host says cuda by itself)
+    device: Literal["cuda", "cpu"] | None = None
 
     @field_validator("python", "workdir")
     @classmethod

@@ -19,7 +19,8 @@ from agent.state import SessionState
 from tools import env_scripts
 from tools import source as src_tools
 from tools.errors import MedicError, UsageError
-from tools.host import Host
+from tools.host import Host, read_text
+from tools.model_folder import ModelFolder, model_folders, on_host
 
 BARE_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")  # a name PATH would resolve: python, python3, python3.11
 INTERPRETER = re.compile(r"python[0-9.]*")  # the basename of any CPython interpreter
@@ -76,6 +77,28 @@ def canary_commands(state: SessionState, config: SessionConfig) -> tuple[list[st
         return target.canary_command, target.canary_validate_command
     derived = (state.get("preflight") or {}).get("canary") or {}
     return derived.get("command"), derived.get("validate")
+
+
+def canary_env(state: SessionState, config: SessionConfig) -> dict[str, str]:
+    """What the canary's runs set over the job's env (the variable that names the model folder, when one does)."""
+    if config.target.canary_command:
+        return {}
+    return dict(((state.get("preflight") or {}).get("canary") or {}).get("env") or {})
+
+
+def job_model_folder(target: Target, host: Host) -> ModelFolder | None:
+    """The job's model folder, however its command names it (tools/model_folder.py): ``--canary-model`` when
+    given (a relative one is the workdir's), found where the job names it; else the first one the job names."""
+    driver = driver_path(target, host)
+    try:
+        source = read_text(host, driver) if driver and host.exists(driver) else None
+    except MedicError:
+        source = None
+    found = model_folders(host, target.command, target.workdir, target.env, source)
+    if not target.model_dir:
+        return found[0] if found else None
+    given = on_host(target.model_dir, target.workdir).rstrip("/")
+    return next((f for f in found if f.path == given), ModelFolder(given, target.model_dir, "command"))
 
 
 def on_canary(state: SessionState, config: SessionConfig) -> bool:
@@ -151,6 +174,37 @@ def driver_path(target: Target, host: Host | None = None) -> str | None:
     if path.endswith("/__init__.py"):
         path = path[: -len("__init__.py")] + "__main__.py"
     return path if path.endswith(".py") else None
+
+
+def named_scripts(target: Target) -> list[tuple[str, str]]:
+    """(what, path on the host) of each script file the job's command and its ``--validate`` name to run: the
+    driver (``python extract.py``, ``torchrun extract.py``), the validator's script, or a program named by a path
+    (``./check.sh``). Relative paths are the workdir's. A path holding a placeholder (``{shard}``) or a space (a
+    ``sh -c`` string) names no one file, and ``-m module`` is the env's to find: those are left to the run."""
+    found: list[tuple[str, str]] = []
+    for what, command in (("driver", target.command), ("--validate script", target.validate_command)):
+        if not command:
+            continue
+        words, _ = with_interpreter(command, target.python)
+        named = script_argument(words, target.python)
+        path = named[1] if named and named[0] == "script" else None
+        if path is None and not is_interpreter(words[0], target.python) and "/" in words[0]:
+            path = words[0]
+        if path and not any(c in path for c in "{} \t\n"):
+            found.append((what, posixpath.normpath(posixpath.join(target.workdir, path))))
+    return found
+
+
+def missing_script(host: Host, target: Target) -> str | None:
+    """Why the job cannot start because a script it names is not there (one line), or None. Checked before
+    anything is created: a run would only fail with "can't open file" after a launch."""
+    for what, path in named_scripts(target):
+        st = host.stat(path)
+        if st is not None and st.is_symlink:  # a link must lead to a file
+            st = host.stat(host.realpath(path))
+        if st is None or st.is_dir:
+            return f"the {what} {path} does not exist on {host.name} (or is a folder)"
+    return None
 
 
 def local_path(value: str, host: str) -> str:

@@ -22,6 +22,7 @@ from langgraph.types import Command
 from agent.config import SessionConfig, medic_home
 from agent.deps import Deps
 from agent.graph import build_graph
+from agent.job import missing_script
 from agent.record.people import Shortener
 from agent.record.trace import TraceWriter
 from agent.record.view import View
@@ -109,6 +110,9 @@ def check_target(host: Host, config: SessionConfig) -> None:
     if work is None or not work.is_dir:
         raise UsageError(f"workdir {target.workdir} does not exist on {host.name} (or is not a folder): "
                          "pass --workdir")
+    missing = missing_script(host, target)
+    if missing:  # a run would launch only to fail with "can't open file"
+        raise UsageError(f"{missing}: check -- COMMAND and --validate")
     for extra in target.extra_patch_roots:  # preflight says the same for a resumed session
         if not host.exists(extra):
             raise UsageError(f"--patch-root {extra} does not exist on {host.name}")

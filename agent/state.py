@@ -63,6 +63,7 @@ class FaultData(TypedDict, total=False):
     finding: FindingData | None
     reach: list[str]
     fatal: bool  # a death that is not a Python exception (tools/fatal.py): no code patch is proposed
+    output: dict[str, list[int]] | None  # OutputFacts: what medic's own check measured in a wrong output
     launch: int | None  # the launch it came from (none for the scan)
     repeated: bool  # the same fingerprint as the fault before it, after a patch
     side: str  # a two-process job: "client" or "server", the process whose fix it needs

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Any, cast
 
 from agent.config import SessionConfig
 from agent.deps import Deps
 from agent.faults import not_found_fault, record_fault
-from agent.job import canary_commands, driver_path, in_target_env, where_looked
+from agent.job import canary_commands, canary_env, driver_path, in_target_env, job_model_folder, where_looked
 from agent.repair.scan import scan_files
-from agent.repair.types import Fault, FrameRef
+from agent.repair.types import Fault, FrameRef, OutputFacts
 from agent.shards import total
 from agent.state import LaunchRecord, SessionState, ValidationReport
 from tools import env_scripts
@@ -48,14 +48,17 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     run_command, given = canary_commands(state, deps.config) if canary else (target.command, target.validate_command)
     stdin, described = None, ""
     resolved: dict[str, Any] = {}
+    env = {**target.env, **(canary_env(state, deps.config) if canary else {})}  # the canary's model variable
     if given:  # the validator runs in the target env too: `python verify.py` means --python
         command, resolved = in_target_env(deps.host, given, target)
         described = f"`{' '.join(command)}`"  # whole: people read it shortened (agent/record/people.py), not cut
         output = locate(deps.host, run_command or target.command, target.workdir,
                         output=None if canary else target.output)[0]
     else:
+        model = None if canary else job_model_folder(target, deps.host)  # the canary's is in its command or env
         own = builtin_check(deps.host, target.python, run_command or target.command, target.workdir,
-                            output=None if canary else target.output, model_dir=None if canary else target.model_dir)
+                            output=None if canary else target.output, model_dir=model.path if model else None,
+                            env=env)
         if isinstance(own, str):
             detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
             deps.record("validate", "validate", {"summary": detail, "verified": False})
@@ -67,7 +70,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     else:
         # a validator that is not found logs the PATH it ran with, as a run does (tools/env_scripts.py)
         line = f"{shlex.join(command)}\n{env_scripts.NOT_FOUND_TAIL}"
-        result = deps.host.run(line, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=target.env, stdin=stdin)
+        result = deps.host.run(line, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=env, stdin=stdin)
         report = parse_report(result.stdout)
         missing = env_scripts.not_found(result.stderr.splitlines())
         if missing and result.exit_code == env_scripts.NOT_FOUND_EXIT:
@@ -93,14 +96,37 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     if report.get("readable") is False or (result.exit_code == CANNOT_READ and not report):
         # the output could not be read at all: nothing says what is wrong with it, so nothing to repair from
         return {"validation": report, "outcome": "unverified", "outcome_detail": summary}
+    facts = (OutputFacts.from_report(dict(report)) if not given
+             else measured_facts(deps, run_command or target.command, output, env))
     red = deps.trace.redactor  # the validator's output is the job's data: redacted before it is kept
     output = "\n".join(f"({stream}) {line}" for stream, text in (("stderr", result.stderr), ("stdout", result.stdout))
                        for line in text.strip().splitlines()[-40:])
     fault = Fault("canary" if canary else "validate", "OutputMismatch", red.text("\n".join(evidence)), (),
                   caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + evidence[0][:60],
-                  log_excerpt=red.text(output), reach=reached_files(state, deps))
-    deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10]})
+                  log_excerpt=red.text(output), reach=reached_files(state, deps), output=facts)
+    deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10],
+                                      "facts": asdict(facts) if facts else None})
     return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
+
+
+def measured_facts(deps: Deps, command: list[str], output: str | None, env: dict[str, str]) -> OutputFacts | None:
+    """The user's validator said no in its own words: medic's own check of the same output says what is wrong
+    with it as facts (which sequences are short, which layers' values are off), for the repairs to read. None
+    when medic cannot find the output or the model, or its check could not read the output."""
+    target = deps.config.target
+    model = job_model_folder(target, deps.host) if (deps.config.target.command == command) else None
+    own = builtin_check(deps.host, target.python, command, target.workdir, output=output,
+                        model_dir=model.path if model else None, env=env)
+    if isinstance(own, str):
+        return None
+    try:
+        result = deps.host.run(own.argv, timeout=VALIDATE_TIMEOUT, cwd=target.workdir, env=env, stdin=own.stdin)
+    except MedicError:
+        return None
+    report = parse_report(result.stdout)
+    deps.record("check", "validate", {"check": own.describe(), "ok": result.exit_code == 0, "when": "validate",
+                                      "detail": "; ".join(report.get("problems") or [])[:300]})
+    return OutputFacts.from_report(dict(report))
 
 
 def stale_output(host: Host, output: str | None, run_dir: str | None) -> str | None:

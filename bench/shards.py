@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,16 @@ def cluster_up() -> bool:
     return answer.returncode == 0 and answer.stdout.strip() in ("idle", "mixed", "allocated")
 
 
+def no_cluster() -> str | None:
+    """Why no Slurm cluster can be used here (one line), or None: Slurm's commands must be installed; a cluster
+    that is installed but down is started by lab/slurm_up.sh."""
+    missing = [tool for tool in ("sinfo", "sbatch") if shutil.which(tool) is None]
+    if missing:
+        return (f"no Slurm on this machine ({' and '.join(missing)} not on PATH): start one with `make slurm-up`, "
+                "or pass --scheduler detached")
+    return None
+
+
 def sharded(words: list[str], output: str) -> list[str]:
     """The lab's command line with its output file made one per shard."""
     return [word.replace(output, output.removesuffix(".pt") + ".{shard}.pt") for word in words]
@@ -50,15 +61,23 @@ def main() -> int:
     parser.add_argument("--scheduler", choices=["slurm", "detached"], default="slurm",
                         help="detached: N runs on this machine, no cluster")
     args = parser.parse_args()
+    why = (f"no lab at {args.lab}: run `medic lab build`" if not LabPaths(Path(args.lab)).python.exists()
+           else no_cluster() if args.scheduler == "slurm" else None)
+    started_cluster = not why and args.scheduler == "slurm" and not cluster_up()
+    if started_cluster:
+        up = subprocess.run([str(REPO / "lab" / "slurm_up.sh")], capture_output=True, text=True)
+        if up.returncode != 0:
+            said = (up.stderr.strip().splitlines() or [f"exit {up.returncode}"])[-1]
+            why = f"no Slurm cluster is up and lab/slurm_up.sh could not start one: {said}"
+    if why:
+        print(f"bench/shards.py: {why}", file=sys.stderr)
+        return 2
     work = Path(tempfile.mkdtemp(prefix="medic-bench-shards-"))
     subprocess.run(["cp", "-al", args.lab, str(work / "lab")], check=True)
     lab = LabPaths(work / "lab")
     env = {**os.environ, "MEDIC_HOME": str(work / "home")}
-    subprocess.run([*MEDIC, "lab", "reset", "--path", str(lab.root)], env=env, check=True, capture_output=True)
-    started_cluster = args.scheduler == "slurm" and not cluster_up()
-    if started_cluster:
-        subprocess.run([str(REPO / "lab" / "slurm_up.sh")], check=True)
     try:
+        subprocess.run([*MEDIC, "lab", "reset", "--path", str(lab.root)], env=env, check=True, capture_output=True)
         out = str(lab.output)
         command = sharded(lab.command(), out)
         validate = " ".join(sharded(lab.validate_command(), out))

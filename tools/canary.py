@@ -13,6 +13,7 @@ import shlex
 
 from tools.errors import RunError
 from tools.host import Host
+from tools.model_folder import ModelFolder
 
 MAX_LAYERS = 32
 SCRIPT = r"""
@@ -66,3 +67,13 @@ def swap_model(command: list[str], model_dir: str, canary_dir: str) -> list[str]
     folder = model_dir.rstrip("/") or model_dir
     path = re.compile(r"(?:^|(?<=[=,:]))" + re.escape(folder) + r"(?=$|[/,:])")
     return [path.sub(lambda _: canary_dir, arg) for arg in command]
+
+
+def canary_job(command: list[str], folder: ModelFolder, canary_dir: str) -> tuple[list[str], dict[str, str]]:
+    """(command, env over the job's) of the canary: the model folder swapped where the job names it — a word of
+    the command, a driver option's default (the option given, pointing at the canary), or a variable of its env."""
+    if folder.via == "default":
+        return [*command, folder.key, canary_dir], {}
+    if folder.via == "env":
+        return list(command), {folder.key: canary_dir}
+    return swap_model(command, folder.named, canary_dir), {}

@@ -87,6 +87,12 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     given = [int(x) for x in args.layers.split(",")] if args.layers else None
     problems: list[str] = []
     passed: list[str] = []
+    # the facts, as fields (what a repair reads; ``problems`` is for people): which sequences came back short
+    # (fewer rows than tokens), which had another shape or layer count, which layers' values are off
+    short: set[int] = set()
+    misshapen: set[int] = set()
+    layer_count: set[int] = set()
+    off_layers: set[int] = set()
     per_layer: dict[int, float] = {}
     counts: set[int] = set()
     model = None
@@ -101,11 +107,16 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         layer_ids = [int(x) for x in record["layer_ids"]] if record.get("layer_ids") is not None else given
         counts.add(len(states))
         if layer_ids is not None and len(states) != len(layer_ids):
+            layer_count.add(index)
             problems.append(f"sequence {index}: {len(states)} layers, expected {len(layer_ids)}")
             continue
         wrong = [f"sequence {index} layer {layer_ids[j] if layer_ids else j}: shape {tuple(t.shape)}, expected "
                  f"{(len(ids), hidden)}" for j, t in enumerate(states) if tuple(t.shape) != (len(ids), hidden)]
         problems += wrong
+        for t in states:
+            if tuple(t.shape) != (len(ids), hidden):
+                rows_short = t.dim() == 2 and t.shape[-1] == hidden and t.shape[0] < len(ids)
+                (short if rows_short else misshapen).add(index)
         if wrong or index not in values:
             continue
         if model is None:
@@ -123,6 +134,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             scale = max(reference[layer + 1][0].abs().max().item(), 1e-6)
             per_layer[layer] = max(per_layer.get(layer, 0.0), errors[layer])
             if not errors[layer] <= args.tolerance * scale:
+                off_layers.add(layer)
                 problems.append(f"sequence {index} layer {layer}: max abs error {errors[layer]:.4f} > "
                                 f"{args.tolerance} x scale {scale:.3f}")
             else:
@@ -131,7 +143,8 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         problems.append(f"sequences differ in their number of layers: {sorted(counts)}")
     return {"verified": not problems, "readable": True, "sequences": len(records), "values_checked": len(values),
             "tolerance": args.tolerance, "max_abs_error_per_layer": per_layer, "problems": problems[:50],
-            "passed": passed[:20]}
+            "passed": passed[:20], "short_sequences": sorted(short), "misshapen_sequences": sorted(misshapen),
+            "layer_count_sequences": sorted(layer_count), "off_layers": sorted(off_layers)}
 
 
 def main() -> int:

@@ -8,12 +8,12 @@ that is an existing ``.pt`` file; the value of a ``--model``-like option, else a
 with a ``config.json``. Relative paths are the workdir's.
 
 Any validator's output is evidence; the lines that say what failed come first (the validator's own
-``problems``, then exception lines, then lines that report a failure), the rest after them.
+``problems``, then exception lines, then lines that report a failure), then the lines that do not say they
+passed, its "ok" lines last.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -22,16 +22,17 @@ from importlib import resources
 from typing import Any
 
 from tools.host import Host
+from tools.model_folder import model_folders, on_host, option_values
 
 SCRIPT = "output_check.py"
 OUTPUT_OPTION = re.compile(r"^--?(?:o|(?:out|output|save)(?:[-_]\w+)*)$")
-MODEL_OPTION = re.compile(
-    r"^--?(?:model|(?:base|target|verifier)[-_]model)(?:[-_](?:path|dir|name(?:[-_]or[-_]path)?))?$")
 OUTPUT_SUFFIXES = (".pt", ".pth")
 EXCEPTION_LINE = re.compile(r"^[\w.]*(?:Error|Exception|Failure|Mismatch)\b")
 FAILING_LINE = re.compile(
     r"(?i)\b(?:fail\w*|wrong|errors?|mismatch\w*|differ\w*|expected|assert\w*|not ok|not verified|unverified|"
     r"invalid|missing|nan|exceed\w*|too (?:short|long|large|small)|unreadable|cannot)\b")
+# a line that reports a check that passed ("ok: …", "PASS seq 3", "layer 2 … ok"): never evidence of a failure
+PASSING_LINE = re.compile(r"(?i)^(?:ok|pass(?:ed)?|good|[✓✔])\b|\b(?:ok|passed|[✓✔])\.?$")
 CONTEXT_LINE = re.compile(r'^(?:Traceback \(most recent call last\):|File ".*", line \d+)')
 MAX_EVIDENCE = 40
 
@@ -47,26 +48,8 @@ class BuiltinCheck:
         return f"medic's own check of {self.output} against {self.model}"
 
 
-def option_values(command: Sequence[str], pattern: re.Pattern[str]) -> list[str]:
-    """Values of the options whose name matches ``pattern``: ``--opt VALUE`` and ``--opt=VALUE``."""
-    values = []
-    for i, arg in enumerate(command):
-        name, eq, value = arg.partition("=")
-        if not pattern.match(name):
-            continue
-        if eq:
-            values.append(value)
-        elif i + 1 < len(command) and not command[i + 1].startswith("-"):
-            values.append(command[i + 1])
-    return values
-
-
-def on_host(path: str, workdir: str) -> str:
-    return path if path.startswith("/") else posixpath.normpath(posixpath.join(workdir, path))
-
-
 def locate(host: Host, command: Sequence[str], workdir: str, *, output: str | None = None,
-           model_dir: str | None = None) -> tuple[str | None, str | None]:
+           model_dir: str | None = None, env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
     """(output, model folder) of a job, each None where nothing names one that exists."""
     if output is None:
         named = option_values(command, OUTPUT_OPTION)
@@ -74,18 +57,17 @@ def locate(host: Host, command: Sequence[str], workdir: str, *, output: str | No
         output = next((p for p in (on_host(a, workdir) for a in [*named, *files]) if host.exists(p)), None)
     else:
         output = on_host(output, workdir)
-    if model_dir is None:
-        named = option_values(command, MODEL_OPTION)
-        rest = [a for a in command[1:] if not a.startswith("-")]
-        model_dir = next((p for p in (on_host(a, workdir) for a in [*named, *rest])
-                          if host.exists(f"{p.rstrip('/')}/config.json")), None)
+    if model_dir is None:  # however the command (or its env) names it: tools/model_folder.py
+        model_dir = next((f.path for f in model_folders(host, command, workdir, env)), None)
+    else:
+        model_dir = on_host(model_dir, workdir)
     return output, model_dir
 
 
 def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str, *, output: str | None = None,
-                  model_dir: str | None = None) -> BuiltinCheck | str:
+                  model_dir: str | None = None, env: Mapping[str, str] | None = None) -> BuiltinCheck | str:
     """The command of medic's own check for this job, or why there is none (what medic could not find)."""
-    found_output, found_model = locate(host, command, workdir, output=output, model_dir=model_dir)
+    found_output, found_model = locate(host, command, workdir, output=output, model_dir=model_dir, env=env)
     missing = [what for what, value in (("the output file (--output PATH)", found_output),
                                         ("the model folder with a config.json (--model-dir DIR)", found_model))
                if not value]
@@ -104,7 +86,10 @@ def evidence_lines(report: Mapping[str, Any], stdout: str, stderr: str) -> list[
              if line.strip() and not line.lstrip().startswith("{")]  # the JSON report is read, not quoted
     exceptions = [line for line in lines if EXCEPTION_LINE.match(line)]
     failing = [line for line in lines if FAILING_LINE.search(line) and not CONTEXT_LINE.match(line)]
-    ordered = [*problems, *exceptions[::-1], *failing, *lines]
+    # a validator's lines in its own words: those that fail first, then those that do not say they passed,
+    # its passing lines ("ok …", mostly) last
+    ordered = [*problems, *exceptions[::-1], *failing, *(line for line in lines if not PASSING_LINE.search(line)),
+               *lines]
     seen: dict[str, None] = {}
     for line in ordered:
         if not any(known in line for known in seen):  # "WRONG: x" says no more than x

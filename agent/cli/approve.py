@@ -70,6 +70,8 @@ def read_session(session_id: str) -> tuple[dict[str, Any], Waiting | None]:
 def status_line(values: dict[str, Any], proposal: Waiting | None) -> str:
     if proposal is not None and waits_for_launch(proposal):
         return f"waiting: confirm launch {proposal['confirm_launch']}"
+    if proposal is not None and proposal["patch"].get("host_steps"):  # a person changes the host, then resumes
+        return f"waiting: run `{' && '.join(proposal['patch']['host_steps'])}`, then `medic resume`"
     if proposal is not None:
         return f"waiting: patch {proposal['patch'].get('id')} ({proposal.get('origin')})"
     if not values:

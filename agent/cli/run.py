@@ -112,6 +112,9 @@ def run(
     port: Annotated[int | None, typer.Option(help="the server's port (default: a free one on 127.0.0.1)")] = None,
     keep_server: Annotated[bool, typer.Option(help="leave the server running when the session ends")] = False,
     notify: Annotated[str | None, typer.Option(help=NOTIFY_HELP)] = None,
+    device: Annotated[str | None, typer.Option(help="the job's device, cuda or cpu (default: what the target "
+                                               "env's torch sees); the scan predicts that device's startup checks")
+                      ] = None,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
     if mode not in ("unattended", "approve"):
@@ -127,10 +130,12 @@ def run(
                             trust_new_host=trust_new_host, model_dir=canary_model,  # as COMMAND names it
                             extra_patch_roots=[local_path(p, host) for p in patch_root or []],
                             # a relative output is where the job writes it: in its workdir
-                            output=os.path.join(local_path(workdir, host), output) if output else None)
+                            output=os.path.join(local_path(workdir, host), output) if output else None,
+                            device=device)  # type: ignore[arg-type]  # pydantic checks it
         else:
             lab_ = lab_target(lab, lab_size)
             target = Target.model_validate({**lab_.model_dump(), "env": {**lab_.env, **parse_env(env or [])},
+                                            "device": device,
                                             "extra_patch_roots": [local_path(p, "local") for p in patch_root or []]})
         if server or port or keep_server:
             if server is None and target.server_command is None:

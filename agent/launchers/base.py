@@ -51,6 +51,7 @@ class LaunchPlan:
     command: list[str]
     started: float
     trace_extra: dict[str, Any] = field(default_factory=dict)  # e.g. which bare python name was substituted
+    env: dict[str, str] = field(default_factory=dict)  # set over the job's env (the canary's model variable)
     plan_shards: ShardPlanner = lambda: ([], {})
 
     def base(self, config: SessionConfig) -> str:
@@ -102,10 +103,11 @@ class Launcher(Protocol):
     def end(self, state: SessionState, spare: Collection[str] = ()) -> None: ...
 
 
-def job_environment(deps: LauncherDeps, state: SessionState, base: dict[str, str] | None = None
-                    ) -> tuple[dict[str, str], list[str]]:
-    """(env, names to unset) of a launch: the job's env with the kept env remedies applied."""
-    return job_env(deps.host, {**(base or {}), **deps.config.target.env}, env_edits(state.get("patches") or []))
+def job_environment(deps: LauncherDeps, state: SessionState, base: dict[str, str] | None = None,
+                    over: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """(env, names to unset) of a launch: the job's env (``over`` set over it) with the kept env remedies applied."""
+    return job_env(deps.host, {**(base or {}), **deps.config.target.env, **(over or {})},
+                   env_edits(state.get("patches") or []))
 
 
 def launched_before(host: Host, base: str, ledger: str) -> str | None:

@@ -59,7 +59,7 @@ class DetachedLauncher:
             deps.record("launch", "launch", {"n": plan.n, "kind": plan.kind, "run_dir": earlier, "reattached": True})
         else:
             deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
-            env, unset = job_environment(deps, state, env_base)
+            env, unset = job_environment(deps, state, env_base, plan.env)
             run = runs.launch(deps.host, with_unset(plan.command, unset), run_dir=base, cwd=cfg.target.workdir,
                               env=env)
             write_ledger(deps.host, ledger, {"n": plan.n, "run": run.dir})

@@ -49,7 +49,7 @@ class ShardRunsLauncher(DetachedLauncher):
         if planned is None:
             planned, update = plan.plan_shards()
             write_ledger(host, ledger, {"n": n, "run": base, "shards": planned})
-        env, unset = job_environment(deps, state, env_base)
+        env, unset = job_environment(deps, state, env_base, plan.env)
         folders: dict[str, str] = {}
         reattached: list[int] = []
         for shard in planned:

@@ -49,7 +49,7 @@ class SlurmLauncher:
         else:
             shards, update = plan.plan_shards()
             host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
-            env, unset = job_environment(deps, state, env_base)
+            env, unset = job_environment(deps, state, env_base, plan.env)
             job = slurm.submit(host, with_unset(plan.command, unset), run_dir=base, job_name=name,
                                cwd=cfg.target.workdir, env=env, partition=self.settings.partition,
                                sbatch_args=self.settings.sbatch_args, shards=shards)

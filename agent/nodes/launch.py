@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from agent.deps import Deps
-from agent.job import canary_commands, in_target_env, on_canary
+from agent.job import canary_commands, canary_env, in_target_env, on_canary
 from agent.launchers.base import LaunchPlan
 from agent.shards import shards_for
 from agent.state import SessionState
@@ -23,6 +23,7 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     command, resolved = in_target_env(deps.host, command or [], cfg.target)
     plan = LaunchPlan(n=len(state.get("launches") or []) + 1, kind=kind, command=command, started=deps.clock(),
                       trace_extra=resolved,
+                      env=canary_env(state, cfg) if kind == "canary" else {},
                       plan_shards=partial(plan_shards, state, deps, kind))
     return deps.launcher.start(state, plan)
 

@@ -6,9 +6,10 @@ import json
 from typing import Any
 
 from agent.deps import Deps
+from agent.job import job_model_folder
 from agent.state import SessionState
 from tools import source as src_tools
-from tools.canary import build_canary, swap_model
+from tools.canary import build_canary, canary_job, swap_model
 from tools.envprobe import probe_env
 from tools.errors import SourceError, UsageError
 
@@ -63,16 +64,21 @@ def patch_roots(deps: Deps) -> list[str]:
 
 
 def derive_canary(deps: Deps) -> dict[str, Any] | None:
-    """A canary of the target model (same architecture, tiny), when the user named the model folder."""
+    """A canary of the target model (same architecture, tiny), when the user named the model folder: its command,
+    validator and env point at the canary wherever the job names the model (a word, a default, a variable)."""
     target = deps.config.target
     if not (deps.config.canary and target.model_dir and not target.canary_command):
         return None
-    name = target.model_dir.rstrip("/").rsplit("/", 1)[-1]
-    out = build_canary(deps.host, target.python, target.model_dir, f"{target.workdir}/.medic/canary/{name}")
-    deps.record("canary", "preflight", {"model": target.model_dir, "canary": out})
-    return {"command": swap_model(target.command, target.model_dir, out),
-            "validate": swap_model(target.validate_command, target.model_dir, out) if target.validate_command
-            else None}
+    folder = job_model_folder(target, deps.host)
+    assert folder is not None  # model_dir is given
+    name = folder.path.rstrip("/").rsplit("/", 1)[-1]
+    out = build_canary(deps.host, target.python, folder.path, f"{target.workdir}/.medic/canary/{name}")
+    deps.record("canary", "preflight", {"model": folder.path, "canary": out, "named": folder.named, "via": folder.via})
+    command, env = canary_job(target.command, folder, out)
+    validate = None
+    if target.validate_command:
+        validate = swap_model(swap_model(target.validate_command, folder.named, out), target.model_dir, out)
+    return {"command": command, "validate": validate, "env": env}
 
 
 def lingering_warnings(deps: Deps) -> list[str]:

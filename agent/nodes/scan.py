@@ -8,17 +8,15 @@ runs to confirm (the scan may be wrong where the real call differs at run time).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agent.deps import Deps
 from agent.faults import record_fault
-from agent.job import driver_path
+from agent.job import driver_path, job_model_folder
 from agent.remedies import env_edits, job_env
 from agent.repair.scan import scan as scan_drift
 from agent.state import SessionState
-from tools.errors import MedicError
-from tools.host import read_text
+from tools.model_folder import architectures
 
 MAX_SCAN_FINDINGS = 20  # a bound on the loop, whatever a rule keeps finding
 
@@ -46,15 +44,6 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
 
 
 def target_architectures(deps: Deps) -> tuple[str, ...]:
-    """The model's architectures from its config.json: the target's model_dir, else a folder the command names."""
-    target = deps.config.target
-    folders = [target.model_dir] if target.model_dir else [a for a in target.command if "/" in a][:8]
-    for folder in folders:
-        if folder and deps.host.exists(f"{folder}/config.json"):
-            try:
-                config = json.loads(read_text(deps.host, f"{folder}/config.json"))
-            except (MedicError, ValueError):
-                return ()
-            archs = config.get("architectures") if isinstance(config, dict) else None
-            return tuple(a for a in archs or [] if isinstance(a, str))
-    return ()
+    """The model's architectures from its config.json, wherever the job names its folder (tools/model_folder.py)."""
+    folder = job_model_folder(deps.config.target, deps.host)
+    return architectures(deps.host, folder.path) if folder else ()

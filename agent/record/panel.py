@@ -139,7 +139,7 @@ class PanelState:
         elif kind == "reverted":
             self.kept.pop(str(data.get("patch_id")), None)
         elif kind in WAITS:
-            self.waiting = WAITS[kind]
+            self.waiting = WAITS["host_step" if data.get("host_steps") else kind]
         elif kind in ("approval_answer", "confirm_answer"):
             self.waiting = None
         elif kind == "resume":  # a stopped or waiting session goes on

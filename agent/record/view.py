@@ -75,6 +75,9 @@ class View:
                 return f"[green]patched[/] {s('patch_id')} {files}"
             env = escape("; ".join(map(str, data.get("env") or [])))
             return f"[green]environment[/] {s('patch_id')}: {env}"
+        if kind == "approval" and data.get("host_steps"):  # a person changes the host, then resumes: no approve
+            steps = escape(" && ".join(map(str, data["host_steps"])))
+            return f"[magenta]host step[/]: run `{steps}`, then `medic resume {s('session')}`"
         if kind == "notify":
             verdict = "sent" if data.get("ok") else "[yellow]FAILED[/]"
             return f"  notify ({s('event')}): {verdict} {s('detail')}".rstrip()

@@ -17,7 +17,7 @@ import shlex
 
 from agent.repair.context import read_source
 from agent.repair.derived_env_branch import other_branch_remedy
-from agent.repair.env_checks import EnvCheck, bind_message, env_checks, env_choices
+from agent.repair.env_checks import EnvCheck, EnvChoice, bind_message, env_checks, env_choices
 from agent.repair.types import Candidate, Check, Fault, RepairContext
 from tools import source as src_tools
 from tools.diffs import EnvEdit, env_patch
@@ -30,6 +30,11 @@ QUOTED = re.compile(r"""['"`]([\w.+-]+)['"`]""")
 
 
 def environment_remedy(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    if fault.finding is not None and fault.finding.kind == "env_choice":  # the scan read which choice is asked for
+        why = (f"{fault.summary}: on this device the job's workers must use {fault.finding.name!r}; the library "
+               f"reads {fault.finding.callee} at {fault.finding.detail}: set it for medic's launches")
+        return [remedy(EnvEdit(var=fault.finding.callee, action="set", value=fault.finding.name), why,
+                       "derived:env:library_choice", (f"{fault.finding.detail}: {fault.finding.callee}",))]
     if fault.finding is not None:
         if fault.finding.kind != "environment":
             return []
@@ -116,14 +121,15 @@ def debian_package(ctx: RepairContext, name: str) -> str | None:
     return min(runtime, key=len) if runtime else None
 
 
-def choice_asked_for(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    """A message asking for ``'x'``, where x is a choice of a variable the library reads whose name the message
-    also speaks of (``… must use the 'spawn' start method`` -> VLLM_WORKER_MULTIPROC_METHOD=spawn)."""
-    asked = set(QUOTED.findall(fault.message))
-    words = {w.lower() for w in re.findall(r"[A-Za-z]+", fault.message)}
+def choices_asked(ctx: RepairContext, message: str) -> list[tuple[EnvChoice, str]]:
+    """(the library's variable, the choice) for each variable the library reads with a fixed set of choices whose
+    name the message speaks of and one of whose non-default choices it asks for in quotes (``the 'spawn' start
+    method`` -> VLLM_WORKER_MULTIPROC_METHOD, 'spawn')."""
+    asked = set(QUOTED.findall(message))
+    words = {w.lower() for w in re.findall(r"[A-Za-z]+", message)}
     if not asked:
         return []
-    out: list[Candidate] = []
+    out: list[tuple[EnvChoice, str]] = []
     for package in ctx.library_packages:
         try:
             path = src_tools.module_path(ctx.host, ctx.python, f"{package}.envs")
@@ -133,12 +139,19 @@ def choice_asked_for(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         for choice in env_choices(src) if src else []:
             tokens = {t.lower() for t in choice.var.split("_")} - {package.lower()}
             wanted = [c for c in choice.choices if c in asked and c != choice.default]
-            if not wanted or not tokens & words:
-                continue
-            why = (f"the error asks for {wanted[0]!r}; {package} reads {choice.var} (choices "
-                   f"{', '.join(choice.choices)}, default {choice.default}) at {choice.path}:{choice.line}: "
-                   f"set it for medic's launches")
-            out.append(remedy(EnvEdit(var=choice.var, action="set", value=wanted[0]), why,
-                              "derived:env:library_choice",
-                              (f"{choice.path}:{choice.line}: {choice.var} in {choice.choices}",)))
+            if wanted and tokens & words:
+                out.append((choice, wanted[0]))
+    return out
+
+
+def choice_asked_for(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    """A message asking for ``'x'``, where x is a choice of a variable the library reads whose name the message
+    also speaks of (``… must use the 'spawn' start method`` -> VLLM_WORKER_MULTIPROC_METHOD=spawn)."""
+    out: list[Candidate] = []
+    for choice, wanted in choices_asked(ctx, fault.message):
+        why = (f"the error asks for {wanted!r}; the library reads {choice.var} (choices "
+               f"{', '.join(choice.choices)}, default {choice.default}) at {choice.path}:{choice.line}: "
+               f"set it for medic's launches")
+        out.append(remedy(EnvEdit(var=choice.var, action="set", value=wanted), why, "derived:env:library_choice",
+                          (f"{choice.path}:{choice.line}: {choice.var} in {choice.choices}",)))
     return out

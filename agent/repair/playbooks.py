@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.repair.context import candidate, evidence_line, fixable_frames, read_source
 from agent.repair.edits import Source, add_keyword, replace_span
 from agent.repair.guard_call import guard_call
-from agent.repair.types import Candidate, Check, Fault, RepairContext
+from agent.repair.types import Candidate, Check, Fault, OutputFact, RepairContext
 from tools.errors import MedicError, UsageError
 
 PLAYBOOK_PACKAGE = "medic_playbooks"
@@ -39,6 +39,9 @@ class Signature(BaseModel):
     message: str = ".*"
     frames: list[str] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
+    # a wrong output: facts medic's own check measured (agent/repair/types.py OutputFacts), all of which must hold;
+    # never the wording of a validator
+    output: list[OutputFact] = Field(default_factory=list)
 
     @field_validator("message")
     @classmethod
@@ -57,6 +60,8 @@ class Signature(BaseModel):
         if fault.exc_type.rsplit(".", 1)[-1] != self.exc_type:
             return False
         if not re.search(self.message, fault.message, re.S):
+            return False
+        if self.output and not (fault.output and all(fault.output.holds(fact) for fact in self.output)):
             return False
         for package, spec in self.versions.items():
             installed = versions.get(package)

@@ -6,7 +6,7 @@ same library, reading the finding, not a sentence. ``REPAIRS`` is every derived 
 the ones no detector feeds (a moved import; the library against its host) answer faults that only a run shows.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
-    environment_drift                        environment                           environment
+    environment_drift                        environment, env_choice (CUDA: start)  environment
     signature_drift                          unexpected_kwarg, missing_argument    unexpected_kwarg, missing_argument
     protocol_drift                           protocol_step                         protocol_step
     shape_drift                              return_shape                          changed_return_shape
@@ -58,7 +58,7 @@ class Drift:
 
 # The environment first: a library the host lacks is a host step, and a person should hear of it at once.
 DRIFTS: tuple[Drift, ...] = (
-    Drift(environment_drift, ("environment",), ("environment",)),
+    Drift(environment_drift, ("environment", "env_choice"), ("environment",)),
     Drift(signature_drift, ("unexpected_kwarg", "missing_argument"), ("unexpected_kwarg", "missing_argument")),
     Drift(protocol_drift, ("protocol_step",), ("protocol_step",)),
     Drift(shape_drift, ("return_shape",), ("changed_return_shape",)),

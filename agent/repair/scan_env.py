@@ -9,28 +9,43 @@ costs no launch.
 
 from __future__ import annotations
 
+import ast
 import posixpath
 import re
 
 from agent.remedies import host_value
 from agent.repair.context import read_source
+from agent.repair.derived_env import QUOTED, choices_asked
 from agent.repair.edits import Source
-from agent.repair.env_checks import env_checks
+from agent.repair.env_checks import env_checks, message_template
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
 
-DEVICE_PROBE = "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')"
+DEVICE_PROBE = "import torch; print(torch.version.cuda or '-', 'cuda' if torch.cuda.is_available() else 'cpu')"
 DEVICE_WORDS = {"cpu": ("cpu",), "cuda": ("cuda", "gpu")}
 ENV_READ = r"os\.environ\.get\(|os\.getenv\(|os\.environ\["
 
 
-def target_device(ctx: RepairContext) -> str:
+def torch_probe(ctx: RepairContext) -> tuple[bool, str]:
+    """(the target env's torch is built with CUDA, the device it sees), asked once."""
     if "device" not in ctx.memo:
         result = ctx.host.run([ctx.python, "-c", DEVICE_PROBE], timeout=300)
         words = result.stdout.split()
-        ctx.memo["device"] = words[-1] if result.ok and words else "cpu"
-    return str(ctx.memo["device"])
+        ok = result.ok and len(words) >= 2
+        ctx.memo["device"] = (ok and words[-2] != "-", words[-1] if ok else "cpu")
+    built, seen = ctx.memo["device"]
+    return bool(built), str(seen)
+
+
+def target_device(ctx: RepairContext) -> str:
+    """The job's device: what its target says, else what the target env's torch sees."""
+    return ctx.device or torch_probe(ctx)[1]
+
+
+def cuda_target(ctx: RepairContext) -> bool:
+    """A job on CUDA: its device is cuda and the target env's torch is built with CUDA."""
+    return target_device(ctx) == "cuda" and torch_probe(ctx)[0]
 
 
 def for_device(path: str, device: str) -> bool:
@@ -68,4 +83,45 @@ def environment_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
                     log_excerpt=f"predicted by the scan: {check.var}={job_env.get(check.var, '')!r} for the job",
                     finding=Finding("environment", callee=check.var, name=check.required,
                                     detail=f"{path}:{check.line}")))
+    return faults + (start_method_drift(ctx, job_env) if cuda_target(ctx) else [])
+
+
+def forked_checks(src: Source) -> list[tuple[ast.Raise, str]]:
+    """torch's raises in a process forked after CUDA was initialized (``if _is_in_bad_fork(): raise …``) whose
+    message asks for a start method in quotes: (the raise, its message)."""
+    found = []
+    for node in ast.walk(src.tree):
+        if isinstance(node, ast.If) and "fork" in ast.unparse(node.test).lower():
+            for raised in (n for n in node.body if isinstance(n, ast.Raise)):
+                message = message_template(raised)
+                if QUOTED.search(message):
+                    found.append((raised, message))
+    return found
+
+
+def start_method_drift(ctx: RepairContext, job_env: dict[str, str]) -> list[Fault]:
+    """On a CUDA target, torch raises in a forked worker and asks for another start method (its own check, read
+    here); the library reads its workers' start method from a variable whose choices include that one. Unless
+    the job's environment already chooses it, the first worker would raise: a finding, before any launch."""
+    try:
+        path = src_tools.module_path(ctx.host, ctx.python, "torch.cuda")
+    except MedicError:
+        return []
+    src = read_source(ctx, path)
+    faults: list[Fault] = []
+    for raised, message in forked_checks(src) if src else []:
+        for choice, wanted in choices_asked(ctx, message):
+            if choice.var not in job_env:
+                job_env[choice.var] = host_value(ctx.host, choice.var)
+            if job_env[choice.var] == wanted:
+                continue
+            func = src.enclosing_function(raised.lineno) if src else None
+            faults.append(Fault(
+                "scan", "RuntimeError", message,
+                (FrameRef(path, raised.lineno, func.name if func else "<module>", src.line(raised.lineno).strip()
+                          if src else ""),),
+                fingerprint=f"scan:env:{choice.var}:{wanted}",
+                log_excerpt=(f"predicted by the scan: a CUDA job whose {choice.var} is "
+                             f"{job_env[choice.var] or choice.default!r} forks its workers"),
+                finding=Finding("env_choice", callee=choice.var, name=wanted, detail=f"{choice.path}:{choice.line}")))
     return faults

@@ -11,7 +11,7 @@ from tools.tracebacks import message_line
 
 FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
 FindingKind = Literal["unexpected_kwarg", "missing_argument", "protocol_step", "return_shape", "device_call",
-                      "grafted_member", "environment", "distribution_name", "capability"]
+                      "grafted_member", "environment", "env_choice", "distribution_name", "capability"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,31 @@ class Finding:
     callee: str = ""
     name: str = ""
     detail: str = ""
+
+
+OutputFact = Literal["short_sequences", "misshapen_sequences", "layer_count_sequences", "off_layers"]
+
+
+@dataclass(frozen=True)
+class OutputFacts:
+    """What medic's own check (tools/output_check.py) found wrong in an output, as fields — whoever judged it
+    wrong: a repair reads these, never the wording of a validator. Sequence indices; layer ids for values."""
+
+    short_sequences: tuple[int, ...] = ()  # fewer rows than tokens (cached or skipped tokens never captured)
+    misshapen_sequences: tuple[int, ...] = ()  # any other shape
+    layer_count_sequences: tuple[int, ...] = ()  # not one tensor per layer id
+    off_layers: tuple[int, ...] = ()  # values beyond the tolerance against the fp32 reference
+
+    @classmethod
+    def from_report(cls, report: dict[str, Any]) -> OutputFacts | None:
+        """The facts of a check's JSON report; None when it has none (a report of another validator)."""
+        names = ("short_sequences", "misshapen_sequences", "layer_count_sequences", "off_layers")
+        if not any(isinstance(report.get(n), list | tuple) for n in names):
+            return None
+        return cls(**{n: tuple(int(x) for x in report.get(n) or [] if isinstance(x, int)) for n in names})
+
+    def holds(self, fact: OutputFact) -> bool:
+        return bool(getattr(self, fact))
 
 
 @dataclass(frozen=True)
@@ -61,6 +86,7 @@ class Fault:
     reach: tuple[str, ...] = ()
     # the process died of something that is not a Python exception (tools/fatal.py): no code patch is proposed
     fatal: bool = False
+    output: OutputFacts | None = None  # a wrong output: what medic's own check measured in it
 
     @property
     def summary(self) -> str:
@@ -107,6 +133,7 @@ class RepairContext:
     architectures: tuple[str, ...] = ()  # the target model's, from its config.json (what the library will build)
     server_command: tuple[str, ...] = ()  # a two-process job's server: the library code it starts is scanned too
     job_env: dict[str, str] | None = None  # what the next launch runs with (the job's env and kept remedies)
+    device: str | None = None  # the job's device as its target says ("cuda", "cpu"); None: what its torch sees
     # caches only (answers of the target env and of the source); every input is a field above
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # probe answers, per context
 
