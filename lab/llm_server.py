@@ -119,7 +119,8 @@ def server_command(port: int, root: Path = LLM_ROOT, python: Path | None = None)
     return [str(python or lab_python()), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model_dir(root)), "--served-model-name", MODEL_NAME,
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
-            "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "1", "--disable-log-stats", "--enforce-eager",  # no compile: seconds, not minutes
+            "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "1", "--disable-log-stats",
+            "--enforce-eager",  # no torch.compile: a start takes seconds, not minutes
             "--generation-config", "vllm"]  # vLLM's defaults, not the folder's sampling hints
 
 

@@ -25,6 +25,8 @@ REJECTIONS = {
     "not_an_edit": "the JSON does not have the fields the schema asks for",
     "truncated": "the reply hit the token limit before it ended",
     "empty": "the reply has neither content nor a tool call",
+    "no_tool_call": "the reply is prose where a tool call was asked for",
+    "malformed_call": "a tool call with an unknown name or arguments that do not fit its schema",
     "unknown_file": "the file is not one medic showed",
     "unknown_line": "the line to replace is not in the file as it is now",
     "no_change": "the replacement is the line itself",
@@ -93,7 +95,6 @@ def candidate_from_proposal(ctx: RepairContext, proposal: Proposal, evidence: tu
 
 def judge(ctx: RepairContext, proposal: Proposal, evidence: tuple[str, ...], outcome: LLMOutcome) -> str:
     """Turn a proposal into a candidate (recorded in ``outcome``); what to say to the model about it."""
-    outcome.proposals += 1
     roots = ", ".join(ctx.roots)
     try:
         accepted = candidate_from_proposal(ctx, proposal, evidence)
