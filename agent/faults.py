@@ -8,11 +8,15 @@ and the line that fails is often not the line to fix.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
 
 from agent.codec import fault_to_dict
 from agent.repair.types import Fault, FaultStage, FrameRef
-from agent.state import FaultData, SessionState
+from agent.state import FaultData, KeptPatch, SessionState
 from tools import logs, tracebacks
 
 EXCERPT_LINES = 60
@@ -46,6 +50,9 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash") -> Fault:
     )
 
 
+INNERMOST_FRAMES = 4  # the frames a fault event records
+
+
 def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bool = False,
                  side: str | None = None, server: int | None = None) -> dict[str, Any]:
     """The state update for a new fault: it becomes current, joins the list, and its candidates start fresh.
@@ -61,3 +68,28 @@ def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bo
     if not repeated:
         update["tried"] = []
     return update
+
+
+def model_patch_failed(frames: Iterable[tuple[str, int]], patches: list[KeptPatch], faults: list[FaultData]) -> bool:
+    """Whether a new fault is the newest kept patch failing, when a model wrote that patch.
+
+    A model's edit is a guess, not a repair derived from the installed source, so it must earn its place: a fault
+    raised from a line it wrote, or passing through a line the fault it answered passed through (the same call
+    sites: its edit did not get the job past them), counts as that patch failing, like the same fault coming
+    back. It is reverted then, never left on disk. Only the innermost frames count (a fault event records
+    four), so replay decides it from the trace alone.
+    """
+    if not patches or patches[-1].get("origin") != "llm":
+        return False
+    suspects: set[tuple[str, int]] = set()
+    for file in patches[-1]["patch"].get("files") or []:
+        try:
+            for patched in PatchSet(file["diff"]):
+                suspects |= {(file["path"], line.target_line_no) for hunk in patched for line in hunk
+                             if line.is_added and line.target_line_no is not None}
+        except UnidiffParseError:
+            continue
+    index = patches[-1].get("fault_index", -1)
+    answered = faults[index] if 0 <= index < len(faults) else FaultData()
+    suspects |= {(f["file"], f["line"]) for f in (answered.get("frames") or [])[-INNERMOST_FRAMES:]}
+    return any(frame in suspects for frame in list(frames)[-INNERMOST_FRAMES:])
