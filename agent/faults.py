@@ -79,7 +79,7 @@ def model_patch_failed(frames: Iterable[tuple[str, int]], patches: list[KeptPatc
     back. It is reverted then, never left on disk. Only the innermost frames count (a fault event records
     four), so replay decides it from the trace alone.
     """
-    if not patches or patches[-1].get("origin") != "llm":
+    if not model_patch_newest(patches):
         return False
     suspects: set[tuple[str, int]] = set()
     for file in patches[-1]["patch"].get("files") or []:
@@ -93,3 +93,16 @@ def model_patch_failed(frames: Iterable[tuple[str, int]], patches: list[KeptPatc
     answered = faults[index] if 0 <= index < len(faults) else FaultData()
     suspects |= {(f["file"], f["line"]) for f in (answered.get("frames") or [])[-INNERMOST_FRAMES:]}
     return any(frame in suspects for frame in list(frames)[-INNERMOST_FRAMES:])
+
+
+def model_patch_newest(patches: list[KeptPatch]) -> bool:
+    """Whether the newest kept patch is a model's: then a wrong output after it is that patch failing."""
+    return bool(patches) and patches[-1].get("origin") == "llm"
+
+
+def answered_fault(state: SessionState) -> dict[str, Any]:
+    """The fault the newest kept patch answered, as the current fault (to repair again once the patch is gone)."""
+    faults, patches = state.get("faults") or [], state.get("patches") or []
+    index = patches[-1].get("fault_index", -1) if patches else -1
+    answered = faults[index] if faults and -len(faults) <= index < len(faults) else FaultData()
+    return {k: v for k, v in answered.items() if k not in ("launch", "repeated")}

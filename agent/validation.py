@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from agent.config import SessionConfig
 from agent.deps import Deps
-from agent.faults import record_fault
+from agent.faults import answered_fault, model_patch_newest, record_fault
 from agent.job import canary_commands, driver_path, substituted, with_interpreter
 from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef
@@ -87,7 +87,11 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                   caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + evidence[0][:60],
                   log_excerpt=red.text(output), reach=reached_files(state, deps))
     deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10]})
-    return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
+    suspect = model_patch_newest(list(state.get("patches") or []))
+    update = record_fault(state, fault, launch=(state.get("run") or {}).get("n"), repeated=suspect)
+    if suspect:  # the model's patch goes (revert); the fault it answered is the one to repair again
+        update["fault"] = answered_fault(state)
+    return {"validation": report, **update}
 
 
 def stale_output(host: Host, output: str | None, run_dir: str | None) -> str | None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from agent.deps import Deps
-from agent.faults import INNERMOST_FRAMES, fault_from_log, model_patch_failed, record_fault
+from agent.faults import INNERMOST_FRAMES, answered_fault, fault_from_log, model_patch_failed, record_fault
 from agent.launchers.base import read_log
 from agent.state import SessionState
 
@@ -34,6 +34,5 @@ def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
                                       **({"side": side, "server": server} if side else {})})
     update = record_fault(state, fault, launch=record.get("n"), repeated=repeated, side=side, server=server)
     if failed:  # the model's patch goes (revert); the fault it answered is the one to repair again
-        answered = faults[patches[-1].get("fault_index", -1)]
-        update["fault"] = {k: v for k, v in answered.items() if k not in ("launch", "repeated")}
+        update["fault"] = answered_fault(state)
     return update

@@ -34,7 +34,7 @@ from agent import graph
 from agent.checks import ADVISORY
 from agent.codec import check_from_dict
 from agent.config import SessionConfig
-from agent.faults import model_patch_failed
+from agent.faults import model_patch_failed, model_patch_newest
 from agent.nodes.patching import queue_checks, revert_index
 from agent.nodes.watch import environment_checks, load_seconds
 from agent.record.replay_shards import replay_shard
@@ -208,6 +208,8 @@ class _Replay:
             if repeated != bool(d.get("repeated")):
                 self.differ(ev, f"diagnose would mark this fault repeated={repeated}, the trace says "
                                 f"{bool(d.get('repeated'))}")
+        elif ev.node == "validate":  # a wrong output with a model's patch newest: that patch is reverted
+            repeated = model_patch_newest(list(s.get("patches") or []))
         else:
             repeated = False
         self.faults_kept += 1
