@@ -123,6 +123,7 @@ class ChatModel:
         self.calls = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.tools_refused = ""  # the endpoint's words when it refused a tool request: JSON from then on
         self._client = openai.OpenAI(
             api_key=config.api_key.get_secret_value(),
             base_url=config.base_url,

@@ -45,7 +45,8 @@ class Target:
 
     @property
     def label(self) -> str:
-        return f"{self.path}:{self.line}"
+        """How the model names this line: the file's last two path parts (fewer tokens than the whole path)."""
+        return f"{'/'.join(self.path.split('/')[-2:])}:{self.line}"
 
     def numbered(self) -> str:
         return "\n".join(f"{'>>' if self.start + i == self.line else '  '}{self.start + i:>5}  {text}"
@@ -63,7 +64,7 @@ def targets(ctx: RepairContext, fault: Fault) -> list[Target]:
     roots = tuple(host.realpath(r) for r in ctx.roots)
     inside: list[Target] = []
     for frame in reversed((*fault.frames, *fault.caller_frames)):
-        if not frame.file.startswith("/") or frame.line < 1 or any(t.label == f"{frame.file}:{frame.line}"
+        if not frame.file.startswith("/") or frame.line < 1 or any((t.path, t.line) == (frame.file, frame.line)
                                                                    for t in inside):
             continue
         real = host.realpath(frame.file)
@@ -78,7 +79,9 @@ def targets(ctx: RepairContext, fault: Fault) -> list[Target]:
         first, last = max(1, frame.line - WINDOW_BEFORE), min(len(lines), frame.line + WINDOW_AFTER)
         inside.append(Target(frame.file, frame.line, lines[frame.line - 1], first, tuple(lines[first - 1:last])))
     fixable = [t for t in inside if ctx.is_fixable(host.realpath(t.path))]
-    return (fixable or inside)[:MAX_TARGETS]
+    chosen = (fixable or inside)[:MAX_TARGETS]
+    labels = [t.label for t in chosen]
+    return [t for t in chosen if labels.count(t.label) == 1]  # a label that could name two lines names none
 
 
 def edit_schema(shown: list[Target]) -> dict[str, Any]:
@@ -88,7 +91,7 @@ def edit_schema(shown: list[Target]) -> dict[str, Any]:
         "properties": {
             "line": {"type": "string", "enum": [t.label for t in shown]},
             "new_line": {"type": "string", "maxLength": 240},
-            "reason": {"type": "string", "maxLength": 160},
+            "reason": {"type": "string", "maxLength": 120},
         },
         "required": ["line", "new_line", "reason"],
         "additionalProperties": False,

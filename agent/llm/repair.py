@@ -26,7 +26,8 @@ def llm_candidates(ctx: RepairContext, fault: Fault, model: ChatModel, *, max_tu
     calls_before = model.calls
     prompt_before, completion_before = model.prompt_tokens, model.completion_tokens
     try:
-        if model.config.protocol == "json":
+        if model.config.protocol == "json" or model.tools_refused:
+            outcome.protocol_note = model.tools_refused
             content_candidates(ctx, fault, model, outcome)
             return outcome
         try:
@@ -35,7 +36,7 @@ def llm_candidates(ctx: RepairContext, fault: Fault, model: ChatModel, *, max_tu
             # the endpoint refused the tool request itself, in its own words: ask for JSON in the content instead
             if model.config.protocol != "auto" or model.calls - calls_before != 1:
                 raise
-            outcome.protocol_note = f"tools refused: {exc.detail or exc}"
+            model.tools_refused = outcome.protocol_note = f"tools refused: {exc.detail or exc}"  # for the session
             outcome.transcript.append({"role": "medic", "content": outcome.protocol_note})
             content_candidates(ctx, fault, model, outcome)
     finally:
