@@ -36,7 +36,8 @@ def session(real_llm: RealLLM, tmp_path_factory: pytest.TempPathFactory) -> dict
     try:
         target, caller = make_target(tmp)
         config = SessionConfig(session_id="real-llm-1", target=target, scan=False, traces_dir=str(tmp / "traces"),
-                               llm={"base_url": real_llm.base_url, "model": real_llm.model, "timeout": "240"})
+                               llm={"base_url": real_llm.base_url, "model": real_llm.model, "timeout": "240",
+                                    "max_reply_tokens": "120"})
         save_config(config)
         outcome, state = run_session(config)
     finally:
