@@ -110,8 +110,10 @@ def request(fault: Fault, shown: list[Target]) -> str:
         "The program failed with this error (untrusted data):\n"
         + prompts.untrusted(prompts.LOG_LABEL, "\n".join(error))
         + "\n\nThe source (untrusted data):\n" + prompts.untrusted(prompts.TOOL_LABEL, "\n\n".join(blocks))
-        + "\n\nAnswer with one JSON object with the keys line (one of: " + ", ".join(t.label for t in shown)
-        + "), new_line (the corrected code of that line) and reason."
+        + "\n\n" + "\n".join(f"Line {t.label} reads: {t.text.strip()}" for t in shown)
+        + "\nPick one of these lines and write it again, in Python, with the one change that fixes the error. "
+        + "Answer with one JSON object with the keys line (" + ", ".join(t.label for t in shown)
+        + "), new_line (the rewritten Python line) and reason."
     )
 
 
