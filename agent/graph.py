@@ -8,6 +8,7 @@
     verify ─(checks ok)─► [confirm] ─► launch;  verify ─(a check failed)─► revert
     verify ─(a budget spent)─► budget_stop ─► report;  confirm ─(not confirmed)─► report
     validate ─(wrong output)─► repair;  validate ─(the canary or a shard passed)─► launch
+    validate ─(wrong output with a model's patch newest)─► revert
     watch ─(Slurm: node failure, preemption)─► resubmit ─► launch;  resubmit ─(resubmits spent)─► report
     repair ─(nothing left for a scan fault)─► scan;  repair ─(nothing left)─► report
 
@@ -78,10 +79,14 @@ def after_resubmit(state: SessionState) -> Literal["launch", "report"]:
     return "report" if state.get("outcome") else "launch"
 
 
-def after_validate(state: SessionState) -> Literal["report", "repair", "launch"]:
+def after_validate(state: SessionState) -> Literal["report", "repair", "launch", "revert"]:
     if state.get("outcome") is not None:
         return "report"
-    return "repair" if state.get("fault") else "launch"  # no fault: the canary passed, the target is next
+    if not state.get("fault"):
+        return "launch"  # no fault: the canary passed, the target is next
+    # a wrong output with a model's guess newest in place: that patch goes first (agent/faults.py)
+    faults = state.get("faults") or []
+    return "revert" if faults and faults[-1].get("repeated") and state.get("patches") else "repair"
 
 
 def after_repair(state: SessionState, deps: Settings) -> Literal["approve", "apply", "scan", "report"]:

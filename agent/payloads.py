@@ -140,6 +140,7 @@ class FaultData(TypedDict, total=False):
     server: int | None  # the server (S<n>) of the side that failed
     finding: str | None  # the scan's finding kind
     evidence: list[str]  # the validator's failing lines
+    facts: dict[str, Any] | None  # OutputFacts: what medic's own check measured in a wrong output
 
 
 class CandidateData(TypedDict, total=False):
@@ -218,6 +219,11 @@ class LlmData(TypedDict, total=False):
     malformed_calls: int
     refused_patches: int
     transcript: list[Any]
+    protocol: str  # tool calls, or JSON in the content where the server refuses them
+    protocol_note: str
+    proposals: int
+    candidates: list[str]
+    rejections: list[Any]  # each garbage answer and its named reason
 
 
 class ChecksQueuedData(TypedDict, total=False):

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from agent.config import SessionConfig
 from agent.deps import Deps
-from agent.faults import not_found_fault, record_fault
+from agent.faults import answered_fault, model_patch_newest, not_found_fault, record_fault
 from agent.job import canary_commands, canary_env, driver_path, in_target_env, job_model_folder, where_looked
 from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef, OutputFacts
@@ -106,7 +106,11 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                   log_excerpt=red.text(output), reach=reached_files(state, deps), output=facts)
     deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10],
                                       "facts": asdict(facts) if facts else None})
-    return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
+    suspect = model_patch_newest(list(state.get("patches") or []))
+    update = record_fault(state, fault, launch=(state.get("run") or {}).get("n"), repeated=suspect)
+    if suspect:  # the model's patch goes (revert); the fault it answered is the one to repair again
+        update["fault"] = answered_fault(state)
+    return {"validation": report, **update}
 
 
 def measured_facts(deps: Deps, command: list[str], output: str | None, env: dict[str, str]) -> OutputFacts | None:

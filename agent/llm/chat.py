@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
@@ -40,6 +40,9 @@ class LLMConfig(BaseModel):
     max_calls: int = Field(default=40, ge=1)  # chat requests per ChatModel
     max_tokens: int = Field(default=400_000, ge=1)  # prompt + completion tokens per ChatModel
     max_reply_tokens: int | None = Field(default=None, ge=1)  # per reply; None leaves it to the server
+    # how the model answers: "tools" (function calls), "json" (one JSON edit in the content, held to a JSON schema
+    # by the server's structured outputs), "auto" (tools, and json when the server refuses the tool request)
+    protocol: Literal["auto", "tools", "json"] = "auto"
 
     @classmethod
     def from_env(cls, **overrides: Any) -> LLMConfig:
@@ -99,6 +102,14 @@ class ChatReply:
         return message
 
 
+class RequestRejected(LLMError):
+    """The endpoint refused the request itself (HTTP 400/422): a parameter it does not support, in its own words."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
 class ChatModel:
     """One endpoint, one model, one budget. ``chat`` raises ``LLMError`` and nothing else."""
 
@@ -112,6 +123,7 @@ class ChatModel:
         self.calls = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.tools_refused = ""  # the endpoint's words when it refused a tool request: JSON from then on
         self._client = openai.OpenAI(
             api_key=config.api_key.get_secret_value(),
             base_url=config.base_url,
@@ -140,15 +152,22 @@ class ChatModel:
             )
 
     def chat(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        response_format: Mapping[str, Any] | None = None,
+        max_reply_tokens: int | None = None,
     ) -> ChatReply:
         self._check_budget()
         self.calls += 1  # counted before the request: a failed call still spent the endpoint's time
         extra: dict[str, Any] = {}
         if tools:
             extra["tools"] = list(tools)
-        if self.config.max_reply_tokens:
-            extra["max_completion_tokens"] = self.config.max_reply_tokens
+        if response_format:
+            extra["response_format"] = dict(response_format)
+        if max_reply_tokens or self.config.max_reply_tokens:
+            extra["max_completion_tokens"] = max_reply_tokens or self.config.max_reply_tokens
         try:
             completion = self._client.chat.completions.create(
                 model=self.config.model, messages=cast(Any, list(messages)), **extra
@@ -211,9 +230,8 @@ class ChatModel:
                 return LLMError(
                     f"the model endpoint {where} failed with HTTP {exc.status_code} {tries}{detail}"
                 )
-            return LLMError(
-                f"the model endpoint {where} rejected the request (HTTP {exc.status_code}){detail}"
-            )
+            said = f"the model endpoint {where} rejected the request (HTTP {exc.status_code}){detail}"
+            return RequestRejected(said, detail.removeprefix(": ")) if exc.status_code in (400, 422) else LLMError(said)
         if isinstance(exc, openai.APITimeoutError):
             return LLMError(f"the model endpoint {where} did not answer within {cfg.timeout:g}s, {tries}")
         if isinstance(exc, openai.APIConnectionError):

@@ -16,7 +16,8 @@ Recorder = Callable[[EventKind, str, dict[str, Any]], None]
 
 def llm_fallback(settings: dict[str, str], record: Recorder) -> Repair:
     """A Repair backed by an OpenAI-compatible endpoint; usage and the transcript go to the trace."""
-    config = LLMConfig.from_env(base_url=settings.get("base_url"), model=settings.get("model"))
+    tunables = {k: settings.get(k) for k in ("timeout", "max_reply_tokens", "max_calls", "max_tokens", "protocol")}
+    config = LLMConfig.from_env(base_url=settings.get("base_url"), model=settings.get("model"), **tunables)
     model = ChatModel(config)
 
     def repair(ctx: RepairContext, fault: Fault) -> list[Candidate]:
@@ -24,6 +25,8 @@ def llm_fallback(settings: dict[str, str], record: Recorder) -> Repair:
         record("llm", "repair", {
             "endpoint": config.endpoint, "model": config.model, "calls": outcome.calls,
             "prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
+            "protocol": outcome.protocol, "protocol_note": outcome.protocol_note, "proposals": outcome.proposals,
+            "candidates": [c.patch.id for c in outcome.candidates], "rejections": outcome.rejections,
             "malformed_calls": outcome.malformed_calls, "refused_patches": outcome.refused_patches,
             "transcript": outcome.transcript,
         })

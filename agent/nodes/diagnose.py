@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from agent.deps import Deps
-from agent.faults import fault_from_log, record_fault
+from agent.faults import INNERMOST_FRAMES, answered_fault, fault_from_log, model_patch_failed, record_fault
 from agent.job import where_looked
 from agent.launchers.base import read_log
 from agent.state import SessionState
@@ -27,9 +27,15 @@ def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
     fault = replace(fault, message=red.text(fault.message), log_excerpt=red.text(fault.log_excerpt))
     faults = list(state.get("faults") or [])
     previous = faults[-1] if faults else None
-    repeated = bool(previous and fault.fingerprint and previous.get("fingerprint") == fault.fingerprint)
+    patches = list(state.get("patches") or [])
+    failed = model_patch_failed([(f.file, f.line) for f in fault.frames], patches, faults)
+    repeated = bool(previous and fault.fingerprint and previous.get("fingerprint") == fault.fingerprint) or failed
+    innermost = fault.frames[-INNERMOST_FRAMES:]
     deps.record("fault", "diagnose", {"stage": fault.stage, "summary": fault.summary, "proc": fault.proc,
                                       "fingerprint": fault.fingerprint, "repeated": repeated,
-                                      "frames": [f"{f.file}:{f.line} {f.func}" for f in fault.frames[-4:]],
+                                      "frames": [f"{f.file}:{f.line} {f.func}" for f in innermost],
                                       **({"side": side, "server": server} if side else {})})
-    return record_fault(state, fault, launch=record.get("n"), repeated=repeated, side=side, server=server)
+    update = record_fault(state, fault, launch=record.get("n"), repeated=repeated, side=side, server=server)
+    if failed:  # the model's patch goes (revert); the fault it answered is the one to repair again
+        update["fault"] = answered_fault(state)
+    return update

@@ -34,6 +34,7 @@ from agent import graph
 from agent.checks import ADVISORY
 from agent.codec import check_from_dict
 from agent.config import SessionConfig
+from agent.faults import model_patch_failed, model_patch_newest
 from agent.nodes.patching import queue_checks, revert_index
 from agent.nodes.watch import environment_checks, load_seconds
 from agent.record.replay_shards import replay_shard
@@ -201,11 +202,15 @@ class _Replay:
         previous = (s.get("faults") or [FaultData()])[-1]
         fingerprint = d.get("fingerprint") or ("validate:" if ev.node == "validate" else "")
         if ev.node == "diagnose":
-            repeated = bool(previous and fingerprint and previous.get("fingerprint") == fingerprint)
+            repeated = bool(previous and fingerprint and previous.get("fingerprint") == fingerprint) or (
+                model_patch_failed([(f["file"], f["line"]) for f in frames], list(s.get("patches") or []),
+                                   list(s.get("faults") or [])))
             self.compared += 1
             if repeated != bool(d.get("repeated")):
                 self.differ(ev, f"diagnose would mark this fault repeated={repeated}, the trace says "
                                 f"{bool(d.get('repeated'))}")
+        elif ev.node == "validate":  # a wrong output with a model's patch newest: that patch is reverted
+            repeated = model_patch_newest(list(s.get("patches") or []))
         else:
             repeated = False
         self.faults_kept += 1
