@@ -64,6 +64,7 @@ class Deps:
             versions=dict(pre.get("versions", {})),
             site_packages=tuple(pre.get("site_packages", ())),
             server_command=tuple(target.server_command or ()),
+            medic_dir=self.config.medic_dir,
             memo=self.library_memo,
         )
 
