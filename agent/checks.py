@@ -7,8 +7,10 @@ from collections.abc import Callable, Mapping
 
 from agent.repair.types import Candidate, Check, RepairContext
 from tools import source as src_tools
+from tools.envprobe import pristine_import
 from tools.errors import HostUnreachable, MedicError
 from tools.host import read_text
+from tools.requirements import declared_ranges
 
 CheckResult = tuple[bool, str]
 
@@ -22,12 +24,35 @@ def check_compile(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> C
 
 
 def check_import(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> CheckResult:
-    """Import the patched module in a fresh target-env process (the first thing the next launch will do)."""
+    """Import the patched module in a fresh target-env process (the first thing the next launch will do).
+
+    Before the failure is blamed on a patch, the module is imported again as its wheel shipped it (medic's
+    patches set aside): when that fails too, the environment is at fault, not the patch, and the check does not
+    fail the patch (the run shows the environment's fault, and its repair is the environment's)."""
     result = ctx.host.run([ctx.python, "-c", f"import {check.target}"], timeout=600, env=dict(env))
     if result.ok:
         return True, f"{check.target} imports in the target env"
     last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+    try:
+        pristine = pristine_import(ctx.host, ctx.python, check.target, ctx.medic_dir, env)
+    except HostUnreachable:
+        raise
+    except MedicError:  # cannot tell: the patch stays the suspect, as before
+        return False, last[:300]
+    if pristine.ok is False:
+        return True, (f"not this patch: {check.target} does not import with medic's patches set aside either "
+                      f"({pristine.error[:200]})")
     return False, last[:300]
+
+
+def check_in_range(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> CheckResult:
+    """The installed ``check.detail`` is inside the range ``check.target`` declares for it (a host step ran)."""
+    declared = declared_ranges(ctx.host, ctx.python, check.target)
+    req = next((r for r in declared.requires if r.name == check.detail), None)
+    if req is None:
+        return False, f"{check.target} declares no range for {check.detail}, or it is not installed"
+    where = "inside" if req.inside else "outside"
+    return req.inside, f"{req.name} {req.installed} is {where} {check.target}'s {req.specifier}"
 
 
 def check_signature_has(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> CheckResult:
@@ -102,6 +127,7 @@ RUNNERS: dict[str, Callable[[RepairContext, Check, Mapping[str, str]], CheckResu
     "member_exists": check_member_exists,
     "grep": check_grep,
     "library_found": check_library_found,
+    "in_range": check_in_range,
 }
 
 

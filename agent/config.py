@@ -95,9 +95,14 @@ class SessionConfig(BaseModel):
         return value
 
     @property
+    def medic_dir(self) -> str:
+        """Where every session of this workdir keeps its folder on the target host (ledgers are siblings)."""
+        return f"{self.target.workdir}/.medic"
+
+    @property
     def host_dir(self) -> str:
         """medic's folder on the target host: run dirs and the side-effect ledger."""
-        return f"{self.target.workdir}/.medic/{self.session_id}-{self.instance}"
+        return f"{self.medic_dir}/{self.session_id}-{self.instance}"
 
     @property
     def ledger_dir(self) -> str:

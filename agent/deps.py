@@ -65,6 +65,7 @@ class Deps:
             site_packages=tuple(pre.get("site_packages", ())),
             server_command=tuple(target.server_command or ()),
             device=target.device,
+            medic_dir=self.config.medic_dir,
             memo=self.library_memo,
         )
 

@@ -8,7 +8,7 @@ by the caller, so a rejected or failed patch makes way for the next one.
 from __future__ import annotations
 
 from agent.repair.playbooks import Playbook, load_playbooks, playbook_candidates
-from agent.repair.registry import PLAYBOOKS, REPAIRS, Repair, repairs_for
+from agent.repair.registry import ENVIRONMENT_FIRST, PLAYBOOKS, REPAIRS, Repair, repairs_for
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.errors import MedicError
 
@@ -23,6 +23,10 @@ class RepairEngine:
         self.notes = []
         if fault.fatal:  # a CUDA/NCCL error or a signal: no patch to the code can be proven to cure it
             return []
+        if fault.finding is None:  # an environment's package fault is answered alone: no code patch beside it
+            first = [c for name, repair in ENVIRONMENT_FIRST for c in self.ask(name, repair, ctx, fault)]
+            if first:
+                return unique([c for c in first if c.patch.id not in skip])
         found: list[Candidate] = []
         sources: list[tuple[str, Repair]] = [
             (PLAYBOOKS, lambda c, f: playbook_candidates(c, f, self.playbooks)), *REPAIRS
@@ -31,10 +35,7 @@ class RepairEngine:
             paired = repairs_for(fault.finding.kind)
             sources = [(name, repair) for name, repair in sources if name in paired]
         for name, repair in sources:
-            try:
-                found.extend(repair(ctx, fault))
-            except MedicError as err:
-                self.notes.append(f"{name}: {err}")
+            found.extend(self.ask(name, repair, ctx, fault))
         fresh = unique([c for c in found if c.patch.id not in skip])
         if not fresh and self.fallback is not None:
             try:
@@ -42,6 +43,13 @@ class RepairEngine:
             except MedicError as err:
                 self.notes.append(f"llm: {err}")
         return fresh
+
+    def ask(self, name: str, repair: Repair, ctx: RepairContext, fault: Fault) -> list[Candidate]:
+        try:
+            return repair(ctx, fault)
+        except MedicError as err:
+            self.notes.append(f"{name}: {err}")
+            return []
 
 
 def unique(candidates: list[Candidate]) -> list[Candidate]:

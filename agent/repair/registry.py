@@ -3,7 +3,8 @@
 A detector reads the caller's code against the installed library and returns faults that carry a structured
 ``Finding`` (callee, keyword, member…); the repairs paired with the finding's kind derive the patch from the
 same library, reading the finding, not a sentence. ``REPAIRS`` is every derived repair in the engine's order:
-the ones no detector feeds (a moved import; the library against its host) answer faults that only a run shows.
+the ones no detector feeds (a moved import; a driver's missing ``__main__`` guard; the library against its host)
+answer faults that only a run shows.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
     environment_drift                        environment, env_choice (CUDA: start)  environment
@@ -20,7 +21,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.repair import derived_calls, derived_dataflow, derived_env, derived_members, derived_platform
+from agent.repair import (
+    derived_calls,
+    derived_dataflow,
+    derived_driver,
+    derived_env,
+    derived_members,
+    derived_packages,
+    derived_platform,
+)
 from agent.repair.edits import Source
 from agent.repair.scan_env import environment_drift
 from agent.repair.scan_members import grafted_member_drift
@@ -40,11 +49,17 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("moved_import", derived_members.moved_import),
     ("changed_return_shape", derived_dataflow.changed_return_shape),
     ("protocol_step", derived_dataflow.mandatory_protocol_step),
+    ("main_guard", derived_driver.main_guard),  # the user's driver, from the interpreter's own words
     ("environment", derived_env.environment_remedy),
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),
     ("stand_in_member", derived_platform.stand_in_member),
+)
+# Faults of the environment's packages: when one of these answers, it is the only answer (a distribution outside
+# the range the package declares is cured by installing that range, never by a code patch), asked before the rest.
+ENVIRONMENT_FIRST: tuple[tuple[str, Repair], ...] = (
+    ("requirement_range", derived_packages.requirement_outside_range),
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 

@@ -98,7 +98,7 @@ class Check:
     """A check that proves a patch: run before the relaunch (``when="before"``) or during the load."""
 
     kind: Literal["compile", "import", "signature_has", "member_exists", "grep", "disk_free", "free_memory",
-                  "stale_runs", "library_found"]
+                  "stale_runs", "library_found", "in_range"]
     target: str  # module, file, or "module:Qualname"
     detail: str = ""  # parameter / member name / regex
     when: Literal["before", "during_load"] = "before"
@@ -134,6 +134,7 @@ class RepairContext:
     server_command: tuple[str, ...] = ()  # a two-process job's server: the library code it starts is scanned too
     job_env: dict[str, str] | None = None  # what the next launch runs with (the job's env and kept remedies)
     device: str | None = None  # the job's device as its target says ("cuda", "cpu"); None: what its torch sees
+    medic_dir: str = ""  # the workdir's .medic on the host: every session's ledger (the wheel's bytes a patch replaced)
     # caches only (answers of the target env and of the source); every input is a field above
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # probe answers, per context
 

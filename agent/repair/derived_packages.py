@@ -1,0 +1,73 @@
+"""Package faults of the target env: the fixable package fails while it is imported because pip installed a
+distribution outside the range the package itself declares (its Requires-Dist).
+
+Seen as: the root cause runs through a fixable package's module body (a ``<module>`` frame there: the
+package was being imported). Before anything is blamed on medic's own patches, that module is imported again as
+its wheel shipped it (tools/envprobe.pristine_import): if it imports, this is no environment fault. If it fails
+too, the package's declared ranges are read in the target env (tools/requirements.py, with ``pip check``'s own
+line as evidence), and a distribution outside its range whose modules the failure runs through, or names, is
+the cause. The remedy is a host step installing the declared range into the target env,
+``<python> -m pip install '<name><range>'``, which only a person (or a policy rule) takes; never a code patch
+(agent/repair/registry.py asks this repair first and alone), and no patch of medic's is reverted for it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from agent.repair.context import module_of
+from agent.repair.types import Candidate, Check, Fault, FrameRef, RepairContext
+from tools.diffs import env_patch
+from tools.envprobe import PristineImport, pristine_import
+from tools.requirements import Requirement, declared_ranges, pip_check, pip_says
+
+MODULE_FRAME = "<module>"
+
+
+def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    if fault.finding is not None:
+        return []
+    frame = importing_frame(ctx, fault)
+    module = module_of(ctx, frame.file) if frame else None
+    if frame is None or module is None:
+        return []
+    pristine = pristine_import(ctx.host, ctx.python, module, ctx.medic_dir, ctx.job_env)
+    if pristine.ok is not False:
+        return []  # it imports as shipped (so not the environment's doing), or it cannot be told
+    package = module.split(".")[0]
+    declared = declared_ranges(ctx.host, ctx.python, package)
+    culprits = [r for r in declared.conflicts if implicated(r, fault, pristine)]
+    if not culprits:
+        return []
+    said = pip_check(ctx.host, ctx.python)
+    if said is None:
+        return []  # an env without pip: the remedy below could not run there
+    step = " ".join([shlex.quote(ctx.python), "-m", "pip", "install", *(shlex.quote(r.pip_spec) for r in culprits)])
+    names = ", ".join(f"{r.name} {r.installed} (declared {r.specifier})" for r in culprits)
+    why = (f"{module} does not import even with medic's patches set aside ({pristine.error[:160]}): "
+           f"{declared.name} {declared.version} declares a range that the installed {names} is outside, and the "
+           f"failure runs through it; install the declared range into the target env (no code patch)")
+    evidence = (f"{frame.file}:{frame.line}: {module} was being imported",
+                f"pristine import of {module}: {pristine.error[:200]}",
+                *(pip_says(said, declared.name, r.name) or
+                  f"{declared.name} requires {r.pip_spec}; installed: {r.name} {r.installed}" for r in culprits))
+    checks = tuple(Check("in_range", declared.name, r.name) for r in culprits)
+    patch = env_patch((), rationale=why, origin="derived:host:requirement", evidence=evidence,
+                      checks=tuple(c.describe() for c in checks), host_steps=(step,))
+    return [Candidate(patch, patch.origin, why, evidence, checks)]
+
+
+def importing_frame(ctx: RepairContext, fault: Fault) -> FrameRef | None:
+    """The outermost frame of the root cause that runs a fixable package's module body (its import)."""
+    for frame in fault.frames:
+        if frame.func == MODULE_FRAME and ctx.is_fixable(frame.file) and module_of(ctx, frame.file):
+            return frame
+    return None
+
+
+def implicated(req: Requirement, fault: Fault, pristine: PristineImport) -> bool:
+    """The failure runs through the distribution's modules (a frame in them) or names one of them."""
+    text = "\n".join([fault.message, pristine.error, pristine.traceback, *(f.file for f in fault.frames)])
+    return any(re.search(rf"/{re.escape(m)}(/|\.py\b|\.cpython-)|(?<![\w.]){re.escape(m)}(?![\w])", text)
+               for m in req.modules)
