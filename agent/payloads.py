@@ -54,6 +54,8 @@ class ScanData(TypedDict, total=False):
 class CanaryData(TypedDict, total=False):
     model: str | None
     canary: str
+    named: str  # how the job named the model folder (tools/model_folder.py)
+    via: str
 
 
 class LaunchData(TypedDict, total=False):
