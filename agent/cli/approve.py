@@ -18,17 +18,19 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
 import typer
+from langgraph.checkpoint.base import CheckpointTuple
 from rich.syntax import Syntax
 from rich.table import Table
 from typing_extensions import TypeIs
 
+from agent import store
 from agent.approval import edited_patch, refuse_if_stale
 from agent.cli.live import drive
 from agent.cli.run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
 from agent.policy import decide, load_policy, package_of, proposal_files
-from agent.session import checkpointer, connect_host, load_config, make_deps, read_checkpoint, run_session
+from agent.session import connect_host, load_config, make_deps, read_checkpoint, run_session
 from agent.state import CandidateData
 from tools.console import make_console
 from tools.errors import MedicError, SessionError, UsageError
@@ -245,8 +247,8 @@ def session_proposals(session_id: str) -> list[CandidateData]:
     """Every distinct patch proposed or applied in a session, oldest first, from the checkpoint history."""
     load_config(session_id)  # an unknown session is an error, not an empty list
     seen: dict[str, CandidateData] = {}
-    with checkpointer() as saver:
-        history = list(saver.list(_thread(session_id)))  # type: ignore[arg-type]
+    none: list[CheckpointTuple] = []
+    history = store.read(lambda saver: list(saver.list(_thread(session_id))), none)  # type: ignore[arg-type]
     for tup in reversed(history):
         values = tup.checkpoint.get("channel_values") or {}
         for prop in [values.get("proposal"), *(values.get("patches") or [])]:
