@@ -27,7 +27,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import medic_home
 
-BUSY_TIMEOUT = 30.0  # seconds a statement waits for another process's lock before it fails
+BUSY_TIMEOUT = 30.0  # seconds a writer's statement waits for another process's lock before it fails
+READ_TIMEOUT = 5.0  # a reader's (in WAL a reader waits only on a WAL being recovered or reset)
 READ_ATTEMPTS = 20  # a reader's retries of a busy answer the busy handler does not wait out
 READ_PAUSE = 0.25  # seconds between them
 T = TypeVar("T")
@@ -74,7 +75,7 @@ def reader() -> Iterator[SqliteSaver | None]:
     if not path.exists():
         yield None
         return
-    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=BUSY_TIMEOUT,
+    conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=READ_TIMEOUT,
                            check_same_thread=False)
     try:
         saver = SqliteSaver(conn)

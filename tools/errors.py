@@ -23,7 +23,8 @@ one place and prints ``medic: <message>``; anything else is a bug and keeps its 
 
 How a session ENDS is not an error: it is an outcome (verified, budget, no_repair, waiting, …), and
 agent/outcomes.py is the one table of outcome → exit code → meaning. The two codes here are two of its rows:
-medic never exits 1 (Python's own code for an uncaught exception), so a 1 always means something else failed.
+no error of medic's exits 1 (Python's own code for an uncaught exception), so a 1 from medic is a verdict
+(``medic lab check``, ``medic replay``), never a crash.
 """
 
 from __future__ import annotations
