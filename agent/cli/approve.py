@@ -30,7 +30,7 @@ from agent.cli.run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
 from agent.policy import decide, load_policy, package_of, proposal_files
-from agent.session import connect_host, load_config, make_deps, read_checkpoint, run_session
+from agent.session import connect_host, load_config, make_deps, read_checkpoint, read_failure, run_session
 from agent.state import CandidateData
 from tools.console import make_console
 from tools.errors import MedicError, SessionError, UsageError
@@ -92,7 +92,8 @@ def sessions() -> None:
     for sid in ids:
         try:
             mode: str = load_config(sid).mode
-            status = status_line(*read_session(sid))
+            failed = read_failure(sid)  # medic's own failure ended its last run: say so, not "unfinished"
+            status = f"failed: {failed.get('detail')}" if failed else status_line(*read_session(sid))
         except (MedicError, ValueError) as err:  # one damaged session must not hide the others
             mode, status = "?", f"unreadable: {' '.join(str(err).split())[:160]}"
         rows.append((sid, mode, status))
