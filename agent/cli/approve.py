@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
+import click
 import typer
 from langgraph.checkpoint.base import CheckpointTuple
 from rich.syntax import Syntax
@@ -163,11 +164,15 @@ def ask() -> dict[str, Any]:
     """No flag: ask at a terminal; without one, refuse rather than guess."""
     if not sys.stdin.isatty():
         raise UsageError("no terminal to ask at: pass --yes, --reject REASON or --edit")
-    choice = typer.prompt("approve, reject or edit? [a/r/e]", default="a").strip().lower()[:1]
+    try:
+        choice = typer.prompt("approve, reject or edit? [a/r/e]", default="a").strip().lower()[:1]
+        reason = typer.prompt("why (for the trace)", default="rejected") if choice == "r" else ""
+    except click.exceptions.Abort:  # Ctrl-C or end of input at the prompt: no answer, not a crash
+        raise UsageError("no answer was given: the patch still waits") from None
     if choice == "a":
         return {"action": "approve"}
     if choice == "r":
-        return {"action": "reject", "reason": typer.prompt("why (for the trace)", default="rejected")}
+        return {"action": "reject", "reason": reason}
     if choice == "e":
         return {"action": "edit"}
     raise UsageError(f"answer a, r or e, not {choice!r}: the patch still waits")
