@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
-import click
 import typer
 from langgraph.checkpoint.base import CheckpointTuple
 from rich.syntax import Syntax
@@ -167,7 +166,7 @@ def ask() -> dict[str, Any]:
     try:
         choice = typer.prompt("approve, reject or edit? [a/r/e]", default="a").strip().lower()[:1]
         reason = typer.prompt("why (for the trace)", default="rejected") if choice == "r" else ""
-    except click.exceptions.Abort:  # Ctrl-C or end of input at the prompt: no answer, not a crash
+    except typer.Abort:  # Ctrl-C or end of input at the prompt: no answer, not a crash
         raise UsageError("no answer was given: the patch still waits") from None
     if choice == "a":
         return {"action": "approve"}
