@@ -217,7 +217,7 @@ def internal_error(config: SessionConfig, deps: Deps, err: BaseException, node: 
     if not isinstance(err, MedicError):  # a bug: where it happened, for whoever reads the one line
         frame = traceback.extract_tb(err.__traceback__)[-1:] if err.__traceback__ else []
         what += "".join(f" (at {Path(f.filename).name}:{f.lineno})" for f in frame)
-    detail = f"medic failed in {node}: {what[:600]}"
+    detail = f"failed in {node}: {what[:600]}"
     data = {"outcome": "internal_error", "detail": detail, "node": node, "error": type(err).__name__,
             "traceback": "".join(traceback.format_exception(err))[-8000:]}
     with contextlib.suppress(Exception):  # the trace (a full disk) may be what failed: failed.json still says it

@@ -72,6 +72,7 @@ def test_a_failure_in_a_node_is_an_outcome_and_resume_goes_on(make_fake: MakeFak
     first = medic(capsys, "resume", fake.config.session_id)  # a saved, never-run session: resume starts it
     again = medic(capsys, "resume", fake.config.session_id)  # the step fails again: the same line
     found = status(capsys, fake.config.session_id)
+    listed = medic(capsys, "sessions")[1]
     end = last_event(fake)
     armed[0] = False
     done = medic(capsys, "resume", fake.config.session_id)
@@ -80,12 +81,14 @@ def test_a_failure_in_a_node_is_an_outcome_and_resume_goes_on(make_fake: MakeFak
                   total=1, exit_code=first[0], resumed_exit=done[0])
     for code, _out, err in (first, again):
         assert code == INTERNAL, (code, err)
-        lines = [line for line in err.splitlines() if "medic failed in" in line]
-        assert len(lines) == 1 and f"medic failed in {node}: RuntimeError: injected failure in {node}" in lines[0], err
+        lines = [line for line in err.splitlines() if "failed in" in line]
+        assert len(lines) == 1 and lines[0].startswith(f"medic: failed in {node}: RuntimeError: injected failure "
+                                                       f"in {node}") and lines == err.strip().splitlines()[-1:], err
         assert "Traceback" not in err
     assert end["kind"] == "exit" and end["data"]["outcome"] == "internal_error" and end["data"]["node"] == node, end
     assert (found["state"], found["exit_code"]) == ("failed", INTERNAL), found
     assert f"injected failure in {node}" in found["detail"] and "medic resume" in found["detail"], found
+    assert f"failed in {node}: RuntimeError" in listed, listed
     assert done[0] == want, done[2][-2000:]
     assert "Traceback" not in done[2]
     if want == 0:

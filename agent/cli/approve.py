@@ -93,7 +93,7 @@ def sessions() -> None:
         try:
             mode: str = load_config(sid).mode
             failed = read_failure(sid)  # medic's own failure ended its last run: say so, not "unfinished"
-            status = f"failed: {failed.get('detail')}" if failed else status_line(*read_session(sid))
+            status = str(failed.get("detail")) if failed else status_line(*read_session(sid))
         except (MedicError, ValueError) as err:  # one damaged session must not hide the others
             mode, status = "?", f"unreadable: {' '.join(str(err).split())[:160]}"
         rows.append((sid, mode, status))

@@ -190,7 +190,7 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
                       f"{config.target.host}, then `medic resume {config.session_id}`", markup=False)
     elif outcome == "internal_error":  # one line: what failed and where; the traceback is in the trace
         said = (read_failure(config.session_id) or {}).get("detail") or OUTCOMES[outcome].meaning
-        console.print(f"{said} — trace {Path(config.traces_dir) / (config.session_id + '.jsonl')}; "
+        console.print(f"medic: {said} — trace {Path(config.traces_dir) / (config.session_id + '.jsonl')}; "
                       f"`medic resume {config.session_id}` tries that step again", markup=False, soft_wrap=True)
     elif outcome == "stopped":
         console.print(f"medic stopped: `medic resume {config.session_id}` goes on (a job it launched keeps running)")
