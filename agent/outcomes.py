@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-OutcomeName = Literal["verified", "error", "budget", "no_repair", "waiting", "unverified", "rejected",
-                      "host_change", "stopped", "not_found"]
+from tools.errors import BAD_INPUT_EXIT, INTERNAL_ERROR_EXIT
+
+OutcomeName = Literal["verified", "internal_error", "bad_input", "budget", "no_repair", "waiting", "unverified",
+                      "rejected", "host_change", "stopped", "not_found"]
 
 
 class Outcome(NamedTuple):
@@ -18,8 +20,8 @@ class Outcome(NamedTuple):
 
 OUTCOMES: dict[str, Outcome] = {
     "verified": Outcome(0, "the output was verified (shapes, and values against a reference)"),
-    "error": Outcome(1, "medic itself failed: see the trace"),
-    # 2 is bad input: a one-line error before anything is created (tools/errors.py UsageError)
+    # a one-line error before anything is created (tools/errors.py UsageError, SessionError, TraceError)
+    "bad_input": Outcome(BAD_INPUT_EXIT, "bad input: the one line said what, and nothing was created"),
     "budget": Outcome(3, "the launch or wall-clock budget is spent"),
     "no_repair": Outcome(4, "a fault that no playbook, derived repair or model could fix"),
     "waiting": Outcome(5, "waiting for a person: `medic approve SESSION`"),
@@ -28,10 +30,13 @@ OUTCOMES: dict[str, Outcome] = {
     "host_change": Outcome(8, "waiting for a person to change the host: run the step shown, then `medic resume`"),
     # medic itself was stopped (a signal, or it died) before the session ended: nothing is lost
     "stopped": Outcome(9, "medic was stopped before the session ended: `medic resume SESSION` goes on"),
+    # medic itself failed (a bug, or a host, disk or database it could not use): never exit 1, never a traceback
+    "internal_error": Outcome(INTERNAL_ERROR_EXIT, "medic itself failed: the trace's exit event says where; "
+                              "`medic resume SESSION` tries that step again"),
     # the shell found no program the command (or --server, or --validate) names: nothing to patch
-    "not_found": Outcome(10, "a program the job names was not found: the report says where medic looked"),
+    "not_found": Outcome(11, "a program the job names was not found: the report says where medic looked"),
 }
 
 
 def exit_code(outcome: str) -> int:
-    return OUTCOMES[outcome].exit_code if outcome in OUTCOMES else 1
+    return OUTCOMES[outcome].exit_code if outcome in OUTCOMES else INTERNAL_ERROR_EXIT

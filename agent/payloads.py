@@ -43,6 +43,9 @@ class ExitData(TypedDict, total=False):
     report: str
     launches: int
     patches: list[str]
+    node: str  # internal_error: the step that failed (medic resume runs it again)
+    error: str
+    traceback: str
 
 
 class ScanData(TypedDict, total=False):
@@ -173,6 +176,7 @@ class PatchData(TypedDict, total=False):  # applied, patch_refused, reverted
     already_applied: bool
     diff: str
     why: str
+    above: str  # reverted: a later patch on the same file, taken off first (stack order)
 
 
 class HostStepData(TypedDict, total=False):

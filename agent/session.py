@@ -1,7 +1,12 @@
 """Running a session: the one loop that drives the graph, holds the lock, and turns the end into an exit code.
 
 Sessions live under $MEDIC_HOME (default ~/.medic): ``checkpoints.sqlite`` (LangGraph's SQLite checkpointer,
-one thread per session, durability "sync") and ``sessions/<id>/`` (config, lock, report).
+one thread per session, durability "sync"; agent/store.py opens it) and ``sessions/<id>/`` (config, lock, report,
+and ``failed.json`` while the last run of the session ended in medic's own failure).
+
+Whatever fails inside a session — a node, a tool it calls, the checkpoint database — is caught in one place
+(run_session): the session ends with the outcome ``internal_error`` (its own exit code), the trace's last event is
+an ``exit`` event that says where and why (with the traceback), and ``medic resume`` tries that step again.
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ import contextlib
 import fcntl
 import json
 import os
-import sqlite3
 import stat
+import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +25,7 @@ from typing import Any
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
+from agent import store
 from agent.config import SessionConfig, medic_home
 from agent.deps import Deps
 from agent.graph import build_graph
@@ -27,7 +34,7 @@ from agent.record.people import Shortener
 from agent.record.trace import TraceWriter
 from agent.record.view import View
 from agent.repair.engine import RepairEngine
-from tools.errors import SessionError, UsageError
+from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host, LocalHost
 from tools.redact import Redactor
 
@@ -78,14 +85,9 @@ def session_lock(session_id: str) -> Iterator[None]:
         fh.close()
 
 
-@contextlib.contextmanager
-def checkpointer() -> Iterator[SqliteSaver]:
-    medic_home().mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(medic_home() / "checkpoints.sqlite", check_same_thread=False)
-    try:
-        yield SqliteSaver(conn)
-    finally:
-        conn.close()
+def checkpointer() -> contextlib.AbstractContextManager[SqliteSaver]:
+    """The checkpoint database for a process that writes sessions (agent/store.py)."""
+    return store.writer()
 
 
 def connect_host(config: SessionConfig) -> Host:
@@ -157,9 +159,26 @@ def make_deps(config: SessionConfig, host: Host | None = None, view: View | None
 
 def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None = None,
                 host: Host | None = None, view: View | None = None) -> tuple[str, dict[str, Any]]:
-    """Drive the graph until it ends or waits for a person. Returns (outcome, final state values)."""
-    with session_lock(config.session_id), checkpointer() as saver:
+    """Drive the graph until it ends or waits for a person. Returns (outcome, final state values).
+
+    The one catch: any exception of medic's own once the session runs ends it as ``internal_error`` (recorded,
+    never raised); only a request the session cannot take (a resume of a session that waits for nothing, a
+    session another process holds) is raised, before anything is written."""
+    with session_lock(config.session_id):
         deps = deps or make_deps(config, host=host, view=view)
+        step: dict[str, Any] = {"node": "start", "values": {}}  # where it was, for the exit event
+        try:
+            return _drive(config, deps, resume, step)
+        except Exception as err:  # the one place a failure of medic becomes an outcome
+            if isinstance(err, SessionError) and step["node"] == "start":
+                raise  # the request, not medic: nothing ran, nothing is recorded
+            return internal_error(config, deps, err, str(step["node"])), dict(step["values"])
+        finally:
+            deps.trace.close()
+
+
+def _drive(config: SessionConfig, deps: Deps, resume: Any, step: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    with checkpointer() as saver:
         graph = build_graph(deps, checkpointer=saver)
         thread = {"configurable": {"thread_id": config.session_id}, "recursion_limit": RECURSION_LIMIT}
         snapshot = graph.get_state(thread)
@@ -168,23 +187,61 @@ def run_session(config: SessionConfig, *, resume: Any = None, deps: Deps | None 
                 raise SessionError(f"session {config.session_id} is not waiting for anything")
             stream_input: Any = Command(resume=resume)
         elif snapshot.next or snapshot.tasks or (snapshot.values and not snapshot.values.get("outcome")):
-            # an interrupted or killed run: go on from the last checkpoint (a node whose writes were saved but
-            # whose next step was not leaves `next` empty and its task still listed)
+            # an interrupted, killed or failed run: go on from the last checkpoint (a node whose writes were saved
+            # but whose next step was not leaves `next` empty and its task still listed)
             stream_input = None
         elif snapshot.values:
-            deps.trace.close()
-            return str(snapshot.values.get("outcome") or "error"), dict(snapshot.values)
+            return str(snapshot.values.get("outcome") or "internal_error"), dict(snapshot.values)
         else:
             stream_input = {"session_id": config.session_id}
+        (session_dir(config.session_id) / FAILED).unlink(missing_ok=True)  # this run is the one status tells of
+        step["node"] = ", ".join(snapshot.next) or "preflight"
         try:
             for _ in graph.stream(stream_input, thread, durability="sync"):
                 pass
-        finally:
-            deps.trace.close()
+        except Exception:
+            try:  # the step that failed: its writes were not saved, so it is the next one still
+                after = graph.get_state(thread)
+                step["node"], step["values"] = ", ".join(after.next) or step["node"], dict(after.values)
+            except Exception:  # the database itself may be what failed: the exit event says so
+                pass
+            raise
         snapshot = graph.get_state(thread)
         if snapshot.next:
             return ("host_change" if waiting_for(snapshot) == "host_change" else "waiting"), dict(snapshot.values)
-        return str(snapshot.values.get("outcome") or "error"), dict(snapshot.values)
+        return str(snapshot.values.get("outcome") or "internal_error"), dict(snapshot.values)
+
+
+FAILED = "failed.json"  # the last run of the session ended in medic's own failure: what, where (status reads it)
+
+
+def internal_error(config: SessionConfig, deps: Deps, err: BaseException, node: str) -> str:
+    """Record a failure of medic itself as the session's end: an exit event, failed.json. Never raises."""
+    what = f"{type(err).__name__}: {' '.join(str(err).split())}" if str(err) else type(err).__name__
+    if not isinstance(err, MedicError):  # a bug: where it happened, for whoever reads the one line
+        frame = traceback.extract_tb(err.__traceback__)[-1:] if err.__traceback__ else []
+        what += "".join(f" (at {Path(f.filename).name}:{f.lineno})" for f in frame)
+    detail = f"failed in {node}: {what[:600]}"
+    data = {"outcome": "internal_error", "detail": detail, "node": node, "error": type(err).__name__,
+            "traceback": "".join(traceback.format_exception(err))[-8000:]}
+    with contextlib.suppress(Exception):  # the trace (a full disk) may be what failed: failed.json still says it
+        deps.record("exit", "session", data)
+    with contextlib.suppress(OSError):
+        folder = session_dir(config.session_id)
+        tmp = folder / (FAILED + ".tmp")
+        tmp.write_text(json.dumps({"ts": time.time(), "pid": os.getpid(),
+                                   **{k: deps.trace.redactor.text(str(v)) for k, v in data.items()}}))
+        tmp.replace(folder / FAILED)
+    return "internal_error"
+
+
+def read_failure(session_id: str) -> dict[str, Any] | None:
+    """What failed.json says of the session's last run (None when it did not end in medic's own failure)."""
+    try:
+        found = json.loads((session_dir(session_id) / FAILED).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def waiting_for(snapshot: Any) -> str | None:
@@ -198,9 +255,8 @@ def waiting_for(snapshot: Any) -> str | None:
 
 def read_checkpoint(session_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(state values, what the pending interrupt carries — kind, proposal, host steps — or None) from the
-    session's latest checkpoint, without building the graph."""
-    with checkpointer() as saver:
-        tup = saver.get_tuple({"configurable": {"thread_id": session_id}})
+    session's latest checkpoint, without building the graph; read-only (agent/store.py)."""
+    tup = store.read(lambda saver: saver.get_tuple({"configurable": {"thread_id": session_id}}), None)
     if tup is None:
         return {}, None
     values = dict(tup.checkpoint.get("channel_values") or {})

@@ -5,7 +5,7 @@ tiny wheel with two console scripts: ``fakecli`` (runs the drifted fakecaller an
 ``fakecheck`` (checks it). The job folder is the test's tmp_path, outside the repository. The PATH medic and the
 job run with has a decoy of each that prints DECOY and fails: the session must run the env's scripts, for the
 job and the validator, on this machine and over the loopback sshd. A program nobody has is a CommandNotFound
-fault that names where it was looked up, and the session ends ``not_found`` (exit 10) with no patch.
+fault that names where it was looked up, and the session ends ``not_found`` (exit 11) with no patch.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def test_over_ssh_the_target_envs_script_runs_too(sshd, make_fake: MakeFake, tmp
 def test_a_program_nobody_has_is_a_fault_of_its_own_that_says_where_it_was_looked_up(scripted: Fake) -> None:
     fake = configured(scripted, ["nosuch-extractor", "out.txt"], ["fakecheck", "out.txt"])
     outcome, state = run_session(fake.config)
-    assert outcome == "not_found" and exit_code(outcome) == 10
+    assert outcome == "not_found" and exit_code(outcome) == 11
     fault = fake.events("fault")[-1]
     assert state["faults"][-1]["exc_type"] == "CommandNotFound" and "NoTraceback" not in json.dumps(state["faults"])
     message = state["faults"][-1]["message"]

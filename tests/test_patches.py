@@ -17,10 +17,9 @@ from tools.patches import (
     make_patch,
     parse_diff,
     patch_from_diff,
-    revert_all,
-    revert_patch,
     sha256,
 )
+from tools.reverts import revert_all, revert_patch
 
 HOST = LocalHost()
 ORIGINAL = {

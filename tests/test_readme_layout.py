@@ -30,3 +30,12 @@ def test_layout_names_no_folder_that_is_gone() -> None:
     named = set(re.findall(r"`([a-z_]+(?:/[a-z_]+)*)/`", layout))
     gone = sorted(n for n in named if not (REPO / n).is_dir())
     assert not gone, f"README's Layout names folders that do not exist: {gone}"
+
+
+def test_the_exit_code_table_is_agent_outcomes() -> None:
+    """Every outcome has its row (exit code, name) in README's table, and no row names a code medic never gives."""
+    from agent.outcomes import OUTCOMES
+
+    rows = dict(re.findall(r"^\| (\d+) \| `(\w+)` \|", (REPO / "README.md").read_text(), re.M))
+    assert {name: int(code) for code, name in rows.items()} == {n: o.exit_code for n, o in OUTCOMES.items()}
+    assert 1 not in {o.exit_code for o in OUTCOMES.values()}  # Python's own code for a crash is never medic's

@@ -4,7 +4,7 @@ Every error medic raises on purpose is a ``MedicError``: it carries a one-line m
 not happen and what to try next, and the process exit code the CLI uses. The CLI catches ``MedicError`` in
 one place and prints ``medic: <message>``; anything else is a bug and keeps its traceback.
 
-    MedicError                      exit 1 unless a subclass says otherwise
+    MedicError                      exit 10 (internal_error) unless a subclass says otherwise
     ├── UsageError                  exit 2  bad input: config, arguments, ssh alias, missing target python
     ├── HostError                           the host could not do what was asked
     │   ├── HostKeyError                    unknown or changed host key: refused before any command is sent
@@ -22,23 +22,28 @@ one place and prints ``medic: <message>``; anything else is a bug and keeps its 
     └── LLMError                            the model endpoint failed after its retries, or broke protocol
 
 How a session ENDS is not an error: it is an outcome (verified, budget, no_repair, waiting, …), and
-agent/outcomes.py is the one table of outcome → exit code → meaning.
+agent/outcomes.py is the one table of outcome → exit code → meaning. The two codes here are two of its rows:
+no error of medic's exits 1 (Python's own code for an uncaught exception), so a 1 from medic is a verdict
+(``medic lab check``, ``medic replay``), never a crash.
 """
 
 from __future__ import annotations
+
+BAD_INPUT_EXIT = 2  # outcome "bad_input"
+INTERNAL_ERROR_EXIT = 10  # outcome "internal_error"
 
 
 class MedicError(Exception):
     """Base of every deliberate medic error. ``str(err)`` is one line meant for a person."""
 
-    exit_code = 1
+    exit_code = INTERNAL_ERROR_EXIT
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(message.split()) if "\n" in message else message)
 
 
 class UsageError(MedicError):
-    exit_code = 2
+    exit_code = BAD_INPUT_EXIT
 
 
 class HostError(MedicError):
@@ -86,11 +91,11 @@ class LabError(MedicError):
 
 
 class TraceError(MedicError):
-    exit_code = 2
+    exit_code = BAD_INPUT_EXIT
 
 
 class SessionError(MedicError):
-    exit_code = 2
+    exit_code = BAD_INPUT_EXIT
 
 
 class LLMError(MedicError):

@@ -56,7 +56,7 @@ def load_entry(host: Host, ledger_dir: str, patch_id: str) -> LedgerEntry | None
 
 
 def ledger_entries(host: Host, ledger_dir: str) -> list[LedgerEntry]:
-    """Every patch the ledger knows, oldest change first (by the clock: tools/patches.revert_all orders by content)."""
+    """Every patch the ledger knows, oldest change first (by the clock: tools/reverts.revert_all orders by content)."""
     if host.stat(ledger_dir) is None:
         return []
     listing = host.run(["ls", "-1A", ledger_dir], timeout=30)

@@ -4,7 +4,7 @@ A ``Patch`` pins each file by the sha256 of its text before and after. ``apply_p
 leave the allowed roots (``..`` and symlinks resolved by the host), context that moved, results that do not
 hash to ``sha256_after`` or do not compile, and it validates every file before it writes any. The ledger
 (``<ledger_dir>/<patch_id>.json`` plus ``<ledger_dir>/<patch_id>/orig/<sha256_before>``) keeps the original
-bytes, so ``revert_patch`` needs only the id. Only Host calls touch the target, so SSH works the same.
+bytes, so a revert (tools/reverts.py) needs only the id. Only Host calls touch the target, so SSH works the same.
 
 ``Patch`` and the diff text work live in tools/diffs.py, the ledger in tools/ledger.py; both are re-exported
 here, so callers import everything patch-related from ``tools.patches``.
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from tools.diffs import (
@@ -34,7 +34,6 @@ from tools.diffs import (
 from tools.errors import MedicError, OutsideRoots, PatchDoesNotCompile, PatchError, StaleContext
 from tools.host import Host
 from tools.ledger import LedgerEntry, LedgerFile, ledger_entries, load_entry, save_entry
-from tools.revert_plan import plan_reverts
 
 __all__ = [
     "NO_NEWLINE",
@@ -42,11 +41,11 @@ __all__ = [
     "EnvEdit",
     "FileDiff",
     "FilePatch",
+    "FileWrite",
     "Hunk",
     "LedgerEntry",
     "LedgerFile",
     "Patch",
-    "RevertResult",
     "apply_hunks",
     "apply_patch",
     "env_patch",
@@ -55,10 +54,9 @@ __all__ = [
     "make_patch",
     "parse_diff",
     "patch_from_diff",
-    "revert_all",
-    "revert_patch",
     "sha256",
     "unified_diff",
+    "write_all",
 ]
 
 
@@ -67,14 +65,6 @@ class ApplyResult:
     patch_id: str
     applied: bool
     already_applied: bool
-    files: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class RevertResult:
-    patch_id: str
-    reverted: bool
-    already_reverted: bool
     files: tuple[str, ...]
 
 
@@ -138,7 +128,7 @@ def patch_from_diff(
 
 
 @dataclass(frozen=True)
-class _Write:
+class FileWrite:
     path: str
     real_path: str
     data: bytes  # what goes to real_path
@@ -164,7 +154,7 @@ def _check_compiles(path: str, text: str) -> None:
         raise PatchDoesNotCompile(f"{path}: {exc}") from exc
 
 
-def _write_all(host: Host, writes: Sequence[_Write]) -> None:
+def write_all(host: Host, writes: Sequence[FileWrite]) -> None:
     """Write each file; if one fails, put back those already written and say what happened."""
     for i, w in enumerate(writes):
         try:
@@ -198,7 +188,7 @@ def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: s
         raise PatchError(f"patch {patch.id} changes no file")
     entry = load_entry(host, ledger_dir, patch.id)
     real_roots = [host.realpath(root) for root in roots]
-    writes: list[_Write] = []
+    writes: list[FileWrite] = []
     ledger: list[LedgerFile] = []
     already: list[str] = []
     for file in patch.files:
@@ -229,7 +219,7 @@ def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: s
                 f"{file.path}: the diff does not produce sha256_after; the patch is inconsistent"
             )
         _check_compiles(file.path, new_text)
-        writes.append(_Write(file.path, real, new_text.encode(), current))
+        writes.append(FileWrite(file.path, real, new_text.encode(), current))
         original = posixpath.join(ledger_dir, patch.id, "orig", file.sha256_before)
         ledger.append(
             LedgerFile(
@@ -258,51 +248,9 @@ def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: s
     entry = LedgerEntry(patch_id=patch.id, state="applying", updated_at="", files=tuple(ledger), patch=patch)
     entry = save_entry(host, ledger_dir, entry, "applying")
     try:
-        _write_all(host, writes)
+        write_all(host, writes)
     except PatchError:
         save_entry(host, ledger_dir, entry, "rolled_back")
         raise
     save_entry(host, ledger_dir, entry, "applied")
     return ApplyResult(patch.id, applied=True, already_applied=False, files=tuple(w.path for w in writes))
-
-
-def revert_patch(host: Host, patch_id: str, *, ledger_dir: str) -> RevertResult:
-    """Put back the original bytes of every file, if nobody changed them since the patch. Idempotent."""
-    entry = load_entry(host, ledger_dir, patch_id)
-    if entry is None:
-        raise PatchError(f"no patch {patch_id} in the ledger {ledger_dir}")
-    paths = tuple(f.path for f in entry.files)
-    if entry.state == "reverted":
-        return RevertResult(patch_id, reverted=False, already_reverted=True, files=paths)
-    restores: list[_Write] = []
-    for f in entry.files:
-        if host.realpath(f.path) != f.real_path or host.stat(f.real_path) is None:
-            raise StaleContext(f"{f.path} no longer resolves to {f.real_path}; revert it by hand")
-        current = host.read_bytes(f.real_path)
-        if sha256(current) == f.sha256_before:
-            continue  # never written (rolled back) or already put back
-        if sha256(current) != f.sha256_after:
-            raise StaleContext(
-                f"{f.path} changed since patch {patch_id} was applied (sha256 "
-                f"{sha256(current)[:12]}, expected {f.sha256_after[:12]}): not overwriting it"
-            )
-        original = host.read_bytes(f.original)
-        if sha256(original) != f.sha256_before:
-            raise PatchError(f"the kept original {f.original} is damaged; cannot revert {f.path}")
-        restores.append(_Write(f.path, f.real_path, original, current))
-    _write_all(host, restores)
-    save_entry(host, ledger_dir, entry, "reverted")
-    return RevertResult(patch_id, reverted=True, already_reverted=False, files=paths)
-
-
-def revert_all(host: Host, ledger_dir: str, on_revert: Callable[[RevertResult], None] = lambda r: None) -> int:
-    """Revert every applied patch of a ledger, each file's newest patch first; returns how many. All or nothing.
-
-    The order comes from the files, not from clocks (tools/revert_plan.py): a patch is on top when every one of
-    its files holds its ``sha256_after``. The whole order is checked before the first write, so a patch under a
-    later session's patch, or a file edited by hand, refuses the revert with nothing reverted.
-    """
-    pending = [e for e in ledger_entries(host, ledger_dir) if e.state == "applied"]
-    for entry in plan_reverts(host, ledger_dir, pending):
-        on_revert(revert_patch(host, entry.patch_id, ledger_dir=ledger_dir))
-    return len(pending)

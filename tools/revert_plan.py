@@ -5,6 +5,9 @@ order (a patch is on top when each of its files holds its ``sha256_after``). Whe
 nothing is reverted and the error says why — usually a later session's patch on the same file: ledgers of
 other sessions of the workdir are siblings (``{workdir}/.medic/{session}-{instance}/patches``), so the patch
 whose ``sha256_after`` the file holds can be named, with the session to revert first.
+
+Within one ledger, reverting one patch takes with it every later patch stacked on its files (``stack_of``):
+they were made against the bytes it wrote, so they cannot stay once it comes off.
 """
 
 from __future__ import annotations
@@ -18,6 +21,20 @@ from tools.host import Host
 from tools.ledger import LedgerEntry, LedgerFile, ledger_entries
 
 MAX_CHAIN = 20  # later sessions stacked on one file, at most, that an error lists
+
+
+def stack_of(entries: list[LedgerEntry], patch_id: str) -> list[LedgerEntry]:
+    """The applied patch ``patch_id`` and every patch of the ledger applied after it on one of its files, or on a
+    file of one of those (a patch spanning two files carries the stack to the second). ``entries`` oldest first."""
+    at = next((i for i, e in enumerate(entries) if e.patch_id == patch_id), None)
+    if at is None or entries[at].state != "applied":
+        return []
+    stack, files = [entries[at]], {f.real_path for f in entries[at].files}
+    for later in entries[at + 1:]:
+        if later.state == "applied" and files & {f.real_path for f in later.files}:
+            stack.append(later)
+            files |= {f.real_path for f in later.files}
+    return stack
 
 
 def plan_reverts(host: Host, ledger_dir: str, pending: list[LedgerEntry]) -> list[LedgerEntry]:

@@ -18,17 +18,19 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
 import typer
+from langgraph.checkpoint.base import CheckpointTuple
 from rich.syntax import Syntax
 from rich.table import Table
 from typing_extensions import TypeIs
 
+from agent import store
 from agent.approval import edited_patch, refuse_if_stale
 from agent.cli.live import drive
 from agent.cli.run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
 from agent.policy import decide, load_policy, package_of, proposal_files
-from agent.session import checkpointer, connect_host, load_config, make_deps, read_checkpoint, run_session
+from agent.session import connect_host, load_config, make_deps, read_checkpoint, read_failure, run_session
 from agent.state import CandidateData
 from tools.console import make_console
 from tools.errors import MedicError, SessionError, UsageError
@@ -92,7 +94,8 @@ def sessions() -> None:
     for sid in ids:
         try:
             mode: str = load_config(sid).mode
-            status = status_line(*read_session(sid))
+            failed = read_failure(sid)  # medic's own failure ended its last run: say so, not "unfinished"
+            status = str(failed.get("detail")) if failed else status_line(*read_session(sid))
         except (MedicError, ValueError) as err:  # one damaged session must not hide the others
             mode, status = "?", f"unreadable: {' '.join(str(err).split())[:160]}"
         rows.append((sid, mode, status))
@@ -162,11 +165,15 @@ def ask() -> dict[str, Any]:
     """No flag: ask at a terminal; without one, refuse rather than guess."""
     if not sys.stdin.isatty():
         raise UsageError("no terminal to ask at: pass --yes, --reject REASON or --edit")
-    choice = typer.prompt("approve, reject or edit? [a/r/e]", default="a").strip().lower()[:1]
+    try:
+        choice = typer.prompt("approve, reject or edit? [a/r/e]", default="a").strip().lower()[:1]
+        reason = typer.prompt("why (for the trace)", default="rejected") if choice == "r" else ""
+    except typer.Abort:  # Ctrl-C or end of input at the prompt: no answer, not a crash
+        raise UsageError("no answer was given: the patch still waits") from None
     if choice == "a":
         return {"action": "approve"}
     if choice == "r":
-        return {"action": "reject", "reason": typer.prompt("why (for the trace)", default="rejected")}
+        return {"action": "reject", "reason": reason}
     if choice == "e":
         return {"action": "edit"}
     raise UsageError(f"answer a, r or e, not {choice!r}: the patch still waits")
@@ -247,8 +254,8 @@ def session_proposals(session_id: str) -> list[CandidateData]:
     """Every distinct patch proposed or applied in a session, oldest first, from the checkpoint history."""
     load_config(session_id)  # an unknown session is an error, not an empty list
     seen: dict[str, CandidateData] = {}
-    with checkpointer() as saver:
-        history = list(saver.list(_thread(session_id)))  # type: ignore[arg-type]
+    none: list[CheckpointTuple] = []
+    history = store.read(lambda saver: list(saver.list(_thread(session_id))), none)  # type: ignore[arg-type]
     for tup in reversed(history):
         values = tup.checkpoint.get("channel_values") or {}
         for prop in [values.get("proposal"), *(values.get("patches") or [])]:

@@ -22,7 +22,7 @@ from agent.record.panel import LivePanel, at_terminal
 from agent.record.people import Shortener
 from agent.record.view import View
 from agent.record.watch import TraceFollower
-from agent.session import pending_interrupt, read_checkpoint, session_redactor
+from agent.session import pending_interrupt, read_checkpoint, read_failure, session_redactor
 from tools.console import make_console
 
 
@@ -95,4 +95,6 @@ def end_detail(config: SessionConfig, outcome: str, values: dict[str, Any]) -> s
         return f"waits for {what}: `medic {verb} {config.session_id}`"
     if outcome == "stopped":
         return OUTCOMES["stopped"].meaning.replace("SESSION", config.session_id)
-    return str(values.get("outcome_detail") or OUTCOMES.get(outcome, OUTCOMES["error"]).meaning)
+    if outcome == "internal_error":
+        return str((read_failure(config.session_id) or {}).get("detail") or OUTCOMES[outcome].meaning)
+    return str(values.get("outcome_detail") or OUTCOMES.get(outcome, OUTCOMES["internal_error"]).meaning)

@@ -14,11 +14,12 @@ from pydantic import ValidationError
 from agent.cli.live import drive, tell
 from agent.config import Budgets, SessionConfig, Target
 from agent.job import local_path
-from agent.outcomes import exit_code
+from agent.outcomes import OUTCOMES, exit_code
 from agent.session import (
     connect_checked,
     load_config,
     pending_interrupt,
+    read_failure,
     require_new,
     run_session,
     save_config,
@@ -192,6 +193,10 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
         steps = " && ".join((pending_interrupt(config.session_id) or {}).get("host_steps") or [])
         console.print(f"the host needs a change medic does not make unattended: run `{steps}` on "
                       f"{config.target.host}, then `medic resume {config.session_id}`", markup=False)
+    elif outcome == "internal_error":  # one line: what failed and where; the traceback is in the trace
+        said = (read_failure(config.session_id) or {}).get("detail") or OUTCOMES[outcome].meaning
+        console.print(f"medic: {said} — trace {Path(config.traces_dir) / (config.session_id + '.jsonl')}; "
+                      f"`medic resume {config.session_id}` tries that step again", markup=False, soft_wrap=True)
     elif outcome == "stopped":
         console.print(f"medic stopped: `medic resume {config.session_id}` goes on (a job it launched keeps running)")
     elif report.exists():
@@ -207,7 +212,7 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
 def revert(session: str) -> None:
     """Undo every patch of a session, newest first, byte-for-byte (refused for a file changed since)."""
     from agent.session import connect_host, session_lock
-    from tools.patches import revert_all
+    from tools.reverts import revert_all
 
     config = load_config(session)
     with session_lock(session):

@@ -66,6 +66,8 @@ def watch(session: str) -> None:
             time.sleep(POLL)
         for kind, node, data, ts in follower.events():  # what was written between the last read and the end
             view.event(kind, node, data, ts)
+    except KeyboardInterrupt:  # the watcher stops, not the session: 128+SIGINT, as a shell would say
+        raise typer.Exit(130) from None
     finally:
         if isinstance(view, LivePanel):
             view.stop()

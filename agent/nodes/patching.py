@@ -25,7 +25,8 @@ from agent.faults import NOT_FOUND
 from agent.repair.types import Candidate, RepairContext
 from agent.state import CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
 from tools.errors import PatchError
-from tools.patches import EnvEdit, Patch, apply_patch, revert_patch
+from tools.patches import EnvEdit, Patch, apply_patch
+from tools.reverts import revert_stack
 
 
 def predicted(fault: FaultData | None) -> bool:
@@ -35,6 +36,8 @@ def predicted(fault: FaultData | None) -> bool:
 
 
 def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
+    if state.get("outcome"):  # decided already (a patch that cannot be reverted): nothing more to try
+        return {}
     fault = fault_from_dict(state.get("fault") or FaultData())
     if fault.exc_type == NOT_FOUND:  # no code to patch: a person installs the program or names it by its path
         deps.record("no_repair", "repair", {"fault": fault.summary, "why": "a program the job names is not there",
@@ -158,18 +161,28 @@ def revert_index(patches: list[KeptPatch], run: LaunchRecord | None) -> int:
 
 
 def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
-    """Undo the last patch: its checks failed, or the fault it was for came back."""
+    """Undo the last patch: its checks failed, or the fault it was for came back. Later patches stacked on its
+    files come off first (they were made against its bytes), all or nothing; each is recorded as reverted."""
     patches = list(state.get("patches") or [])
     if not patches:
         return {}
-    last = patches.pop(revert_index(patches, state.get("run")))
-    patch = Patch.model_validate(last["patch"])
+    patch = Patch.model_validate(patches[revert_index(patches, state.get("run"))]["patch"])
+    off = [patch.id]
     if patch.files:  # an env remedy wrote nothing: dropping it from the kept patches is its revert
-        revert_patch(deps.host, patch.id, ledger_dir=deps.config.ledger_dir)
-    deps.record("reverted", "revert", {"patch_id": patch.id, "why": "its checks failed or its fault came back"})
-    pending = [c for c in state.get("pending_checks") or [] if c.get("patch_id") != patch.id]
-    return {"patches": patches, "tried": [*(state.get("tried") or []), patch.id], "proposal": None,
-            "pending_checks": pending}
+        try:
+            off = [r.patch_id for r in revert_stack(deps.host, patch.id, ledger_dir=deps.config.ledger_dir)]
+        except PatchError as err:  # nothing was reverted: the files are as the last launch had them
+            deps.record("warning", "revert", {"message": f"could not revert patch {patch.id}: {err}"})
+            return {"proposal": None, "outcome": "no_repair",
+                    "outcome_detail": f"patch {patch.id} did not cure its fault and cannot be reverted: {err}"}
+    for pid in off:
+        why = "its checks failed or its fault came back" if pid == patch.id else (
+            f"it lies on patch {patch.id}'s file(s), which comes off")
+        deps.record("reverted", "revert", {"patch_id": pid, "why": why, **({"above": patch.id} if pid != patch.id
+                                                                            else {})})
+    pending = [c for c in state.get("pending_checks") or [] if c.get("patch_id") not in off]
+    return {"patches": [p for p in patches if p["patch"]["id"] not in off],
+            "tried": [*(state.get("tried") or []), *off], "proposal": None, "pending_checks": pending}
 
 
 def verify_passed(state: SessionState) -> bool:

@@ -14,7 +14,7 @@ from tools.errors import HostError, RunError
 
 def report(state: SessionState, deps: Deps) -> dict[str, Any]:
     end_runs(state, deps)
-    outcome = state.get("outcome") or "error"
+    outcome = state.get("outcome") or "internal_error"
     detail = state.get("outcome_detail") or ""
     text = render_report(state, deps.config)
     folder = medic_home() / "sessions" / deps.config.session_id

@@ -102,7 +102,7 @@ class _Replay:
 
     def expect(self, ev: Event, router: str, chosen: str, rest: list[Event]) -> None:
         """Compare the router's choice with the node the trace shows ran next."""
-        seen = next((node_of(e) for e in rest if e.kind in NODE_OF or e.kind == "resume"), None)
+        seen = next((node_of(e) for e in rest if e.kind in NODE_OF or e.kind == "resume" or refused_revert(e)), None)
         if seen in (None, "resume"):
             return  # medic stopped here: nothing was observed to compare with
         self.compared += 1
@@ -161,6 +161,12 @@ class _Replay:
             self.expect(ev, "after_apply", graph.after_apply(s), rest)
         elif ev.kind == "applied":
             self.applied(ev, rest)
+        elif refused_revert(ev):  # the patch could not come off: the session ends there
+            s.update({"proposal": None, "outcome": "no_repair", "outcome_detail": str(d.get("message", ""))})
+        elif ev.kind == "reverted" and d.get("above"):  # stacked on the patch reverted next: it came off first
+            s.update({"patches": [p for p in s.get("patches", []) if p["patch"]["id"] != d.get("patch_id")],
+                      "tried": [*s.get("tried", []), str(d.get("patch_id"))],
+                      "pending_checks": [c for c in s.get("pending_checks", []) if c.get("patch_id") != d["patch_id"]]})
         elif ev.kind == "reverted":
             patches = list(s.get("patches", []))
             at = revert_index(patches, s.get("run"))
@@ -289,7 +295,7 @@ class _Replay:
         ids = [p["patch"]["id"] for p in s.get("patches", [])]
         if d.get("patches") is not None and list(d["patches"]) != ids:
             return self.differ(ev, f"today's state keeps patches {ids}; the session ended with {d['patches']}")
-        if d.get("outcome") != (s.get("outcome") or "error"):
+        if d.get("outcome") != (s.get("outcome") or "internal_error"):
             return self.differ(ev, f"today's outcome is {s.get('outcome')!r}; the session's was {d.get('outcome')!r}")
         if d.get("launches") is not None and d["launches"] != len(s.get("launches", [])):
             return self.differ(ev, f"{len(s.get('launches', []))} launches rebuilt; the session counted "
@@ -305,10 +311,17 @@ class _Replay:
         return None
 
 
+def refused_revert(ev: Event) -> bool:
+    """The revert node's warning that a patch could not come off (agent/nodes/patching.py revert)."""
+    return ev.kind == "warning" and ev.node == "revert"
+
+
 def node_of(ev: Event) -> str:
     """The node an event shows ran: a fault is diagnose's, unless the scan predicted it."""
     if ev.kind == "fault" and ev.node == "scan":
         return "scan"
+    if refused_revert(ev):
+        return "revert"
     return NODE_OF.get(ev.kind, ev.kind)
 
 

@@ -55,6 +55,8 @@ class View:
         if kind == "validate":
             self._last_validate = str(data.get("summary", ""))
         if kind == "exit":
+            if data.get("outcome") == "internal_error":  # the command's last line says what failed, once
+                return f"[bold]internal_error[/] in {escape(str(data.get('node', '?')))}"
             detail = str(data.get("detail", ""))
             if detail and detail == self._last_validate:  # said one line up
                 return f"[bold]{escape(str(data.get('outcome', '')))}[/]"

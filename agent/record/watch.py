@@ -3,8 +3,9 @@
 ``medic status`` and ``medic watch`` use this from any terminal of the machine that holds medic's home. A
 session is running while a process holds its lock (read from /proc/locks, never by taking the lock: that
 could make a starting ``medic resume`` fail); otherwise it ended (an outcome), waits for a person (an
-interrupt in the checkpoint), or was stopped (neither: ``medic resume`` goes on). The exit code is the one
-``medic run`` gives for the same end (agent/outcomes.py).
+interrupt in the checkpoint), failed (medic's own failure ended its last run: failed.json says where), or was
+stopped (none of these: ``medic resume`` goes on). The exit code is the one ``medic run`` gives for the same end
+(agent/outcomes.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from agent.config import SessionConfig
 from agent.outcomes import OUTCOMES, exit_code
 from agent.record.panel import PanelState, earlier_loads
-from agent.session import load_config, read_checkpoint, session_dir
+from agent.session import load_config, read_checkpoint, read_failure, session_dir
 
 
 def trace_path(config: SessionConfig) -> Path:
@@ -49,7 +50,7 @@ def lock_holder(session_id: str) -> int | None:
 @dataclass
 class Status:
     session: str
-    state: str  # running | ended | waiting | stopped
+    state: str  # running | ended | waiting | failed | stopped
     outcome: str | None  # the outcome name medic run would end with (None while running)
     exit_code: int | None
     detail: str
@@ -67,6 +68,11 @@ def session_status(session_id: str) -> Status:
     trace = str(trace_path(config))
     if pid is not None:
         return Status(session_id, "running", None, None, f"medic (pid {pid}) is running it", pid, trace)
+    failed = read_failure(session_id)
+    if failed is not None:  # the last run ended in medic's own failure (before any outcome or interrupt)
+        return Status(session_id, "failed", "internal_error", exit_code("internal_error"),
+                      f"{failed.get('detail') or OUTCOMES['internal_error'].meaning}; `medic resume {session_id}` "
+                      "tries that step again", None, trace)
     if interrupt is not None:
         outcome = "host_change" if interrupt.get("kind") == "host_change" else "waiting"
         return Status(session_id, "waiting", outcome, exit_code(outcome), OUTCOMES[outcome].meaning.replace(
