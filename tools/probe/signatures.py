@@ -10,7 +10,7 @@ import ast
 from typing import Any
 
 from tools.probe.modules import Found, ProbeError, snippet
-from tools.probe.resolve import binding, dotted, imported_from, lookup, method_kind, mro, top_package
+from tools.probe.resolve import binding, dotted, imported_from, lookup, mro, top_package
 
 RECORD_BASES = ("BaseModel", "Struct", "NamedTuple")
 
@@ -168,17 +168,3 @@ def class_signature(found: Found) -> dict[str, Any]:
         "lineno": found.node.lineno,
         "derived_from": "object",
     }
-
-
-def signature_of(found: Found) -> dict[str, Any]:
-    node = found.node
-    if isinstance(node, ast.ClassDef):
-        return class_signature(found)
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return function_signature(found, len(found.qual) > 1 and method_kind(node) != "staticmethod")
-    value = getattr(node, "value", None)
-    if isinstance(value, (ast.Name, ast.Attribute)):  # an alias: `Foo = other.Bar`
-        return signature_of(lookup(found.module, dotted(value)))
-    raise ProbeError(
-        "{} in {} is not a function or class".format(".".join(found.qual) or found.module, found.path)
-    )
