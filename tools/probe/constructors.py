@@ -21,7 +21,7 @@ from tools.probe.signatures import (
     record_params,
 )
 
-NO_OP_BASES = ("object", "Generic", "Protocol")  # add no __new__/__init__ that binds arguments
+NO_OP_BASES = ("object", "type", "Generic", "Protocol")  # add no __new__/__init__/__call__ that binds
 COMPILED_RECORDS = ("Struct",)  # msgspec: a generated, exact __init__ in C
 POPULATE_BY_NAME = ("populate_by_name", "validate_by_name", "allow_population_by_field_name")
 
@@ -232,8 +232,8 @@ def constructor(found: Found, sig: dict[str, Any]) -> dict[str, Any]:
         record = {**sig, "params": fields, "derived_from": "dataclass fields"}
         if generated_init(init_owner) == "pydantic dataclass":
             record.update(pydantic_record(chain[at:], fields, dataclass_decorator(init_owner)))
-    if any(defines(k, "__signature__") is not None for k in chain) and (
-            record.get("open_keywords") or any(p["kind"] == "var_keyword" for p in record["params"])):
+    if any(getattr(defines(k, "__signature__"), "value", None) is not None for k in chain) and any(
+            p["kind"] == "var_keyword" for p in record["params"]) and "fields" not in record["derived_from"]:
         raise Unknown("its __signature__ is set by hand over an __init__ that takes any keyword")
     decos = [d for d in found.node.decorator_list if d is not dataclass_decorator(found)]
     return apply_decorators(found, decos, record, False)
