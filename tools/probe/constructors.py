@@ -18,6 +18,7 @@ from tools.probe.signatures import (
     class_signature,
     dataclass_decorator,
     function_signature,
+    original_name,
     record_params,
 )
 
@@ -80,7 +81,7 @@ def generated_init(klass: Any) -> str | None:
                                           and k.value.value is False for k in deco.keywords):
         return None
     source = imported_from(klass, names[0]) if len(names) == 1 else names[0]
-    if names[-1] != "dataclass" or source not in ("dataclasses", "pydantic"):
+    if "dataclass" not in (names[-1], original_name(klass, names)) or source not in ("dataclasses", "pydantic"):
         raise Unknown("@{} makes the dataclass in its own way".format(".".join(names)))
     return "pydantic dataclass" if source == "pydantic" else "dataclass"
 

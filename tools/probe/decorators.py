@@ -150,14 +150,15 @@ def forwarding_calls(wrapper: Any, target: str) -> list[Any]:
     return [n for n in ast.walk(wrapper) if isinstance(n, ast.Call) and dotted(n.func) == [target]]
 
 
-def wrapper_layer(inner: dict[str, Any], wrapper: Any, target: str, is_method: bool, where: str) -> dict[str, Any]:
-    """What calling ``wrapper`` accepts, given that ``target`` (the wrapped callable) accepts ``inner``."""
-    a = wrapper.args
+def wrapper_layer(inner: dict[str, Any], at: Found, wrapper: Any, target: str, is_method: bool) -> dict[str, Any]:
+    """What calling ``wrapper`` (defined in ``at``'s file) accepts, given that ``target`` accepts ``inner``."""
+    a, where = wrapper.args, f"{at.path}:{wrapper.lineno}"
+    here = Found(at.module, at.path, wrapper, [wrapper.name])
     if wrapper.decorator_list and not all(dotted(d.func if isinstance(d, ast.Call) else d)[-1:] == ["wraps"]
                                           for d in wrapper.decorator_list):
         raise Unknown(f"wrapper {wrapper.name} ({where}) is itself decorated")
     if a.vararg is None and a.kwarg is None:  # binds its own parameters, whatever it does next
-        own = function_signature(Found("", "", wrapper, []), False, f"wrapper {wrapper.name}")["params"]
+        own = function_signature(here, False, f"wrapper {wrapper.name}")["params"]
         return {**inner, "params": own[1:] if is_method and own else own}
     leading = [p.arg for p in [*a.posonlyargs, *a.args]]
     if a.defaults:
@@ -182,7 +183,7 @@ def wrapper_layer(inner: dict[str, Any], wrapper: Any, target: str, is_method: b
             raise Unknown(f"wrapper {wrapper.name} ({where}) reads or changes {name} before passing it on")
     if swallows(wrapper):
         raise Unknown(f"wrapper {wrapper.name} ({where}) catches the call's errors without raising")
-    own = function_signature(Found("", "", wrapper, []), False)["params"]
+    own = function_signature(here, False)["params"]
     own_leading = own[1 if is_method else 0 : len(leading)]
     consumed = [p for p in own if p["kind"] == "keyword_only"]  # taken by the wrapper itself (or passed on)
     positional = [p for p in inner["params"] if p["kind"] in ("positional_only", "positional_or_keyword")]
@@ -216,7 +217,7 @@ def apply_decorators(owner: Found, decos: list[Any], sig: dict[str, Any], is_met
             wrapper = nested_def(proper, values[0].id) if values and isinstance(values[0], ast.Name) else None
             if wrapper is None or not all(isinstance(v, ast.Name) and v.id == wrapper.name for v in values):
                 raise Unknown(f"decorator {label} ({where}) returns something other than a nested wrapper")
-            sig = wrapper_layer(sig, wrapper, params[0].arg, is_method, where)
+            sig = wrapper_layer(sig, found, wrapper, params[0].arg, is_method)
             sig["layers"].append(f"@{label} ({where}): wrapper {wrapper.name} passes the call on")
         except Unknown as exc:
             sig["exact"] = False
