@@ -18,6 +18,7 @@ from typing import Any
 
 from tools.errors import SourceError
 from tools.host import Host
+from tools.probe import records
 from tools.source_probe import MARK, PROBE_TEXT
 
 PROBE_TIMEOUT = 60.0
@@ -93,12 +94,9 @@ class Signature:
 
     def rejects_keyword(self, name: str) -> bool | None:
         """True only when the outermost callable provably rejects ``name=``; None when that is unknown."""
-        if not self.exact:
-            return None
-        if self.accepts_any_keyword:
-            return False
-        param = self.param(name)
-        return param is None or param.kind in ("positional_only", "var_positional")
+        record = {"exact": self.exact, "open_keywords": self.open_keywords,
+                  "params": [{"name": p.name, "kind": p.kind} for p in self.params]}
+        return records.rejects_keyword(record, name)
 
     def missing_required(self, given: set[str], positional: int) -> list[str] | None:
         """Parameters a call passing ``positional`` arguments and the keywords ``given`` leaves without a

@@ -19,7 +19,9 @@ from tools.probe.answers import MARK
 __all__ = ["MARK", "PROBE_PARTS", "PROBE_TEXT", "probe_script"]
 
 # each part may use those before it
-PROBE_PARTS = ("modules", "resolve", "signatures", "decorators", "constructors", "callables", "answers")
+PROBE_PARTS = (
+    "modules", "resolve", "signatures", "decorators", "constructors", "callables", "records", "answers",
+)
 _PART_DIR = Path(__file__).with_name("probe")
 
 

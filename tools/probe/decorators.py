@@ -146,6 +146,22 @@ def swallows(wrapper: Any) -> bool:
     return False
 
 
+CONDITIONAL = (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.BoolOp, ast.comprehension, ast.Lambda,
+               ast.FunctionDef, ast.AsyncFunctionDef, ast.ExceptHandler, ast.ClassDef)
+
+
+def always_reached(wrapper: Any, call: Any) -> bool:
+    """``call`` runs on every path: under no branch or loop, and no ``return`` comes before it."""
+    parents = {id(c): p for p in ast.walk(wrapper) for c in ast.iter_child_nodes(p)}
+    node = parents.get(id(call))
+    while node is not None and node is not wrapper:
+        if isinstance(node, CONDITIONAL):
+            return False
+        node = parents.get(id(node))
+    returns = [n for n in ast.walk(wrapper) if isinstance(n, ast.Return)]
+    return all((r.lineno, r.col_offset) >= (call.lineno, 0) for r in returns)
+
+
 def forwarding_calls(wrapper: Any, target: str) -> list[Any]:
     return [n for n in ast.walk(wrapper) if isinstance(n, ast.Call) and dotted(n.func) == [target]]
 
@@ -176,8 +192,8 @@ def wrapper_layer(inner: dict[str, Any], at: Found, wrapper: Any, target: str, i
         for k in named:
             if not (isinstance(k.value, ast.Name) and k.value.id == k.arg):
                 raise Unknown(f"wrapper {wrapper.name} ({where}) adds keyword {k.arg}= of its own")
-    if not calls:
-        raise Unknown(f"wrapper {wrapper.name} ({where}) never calls {target}")
+    if not any(always_reached(wrapper, call) for call in calls):
+        raise Unknown(f"wrapper {wrapper.name} ({where}) may return without calling {target}")
     for name in (star, kw):
         if name and len(uses(wrapper, name)) != len(calls):
             raise Unknown(f"wrapper {wrapper.name} ({where}) reads or changes {name} before passing it on")
