@@ -97,7 +97,7 @@ def ground_truth(obj: Any, keyword: str, is_class: bool) -> str:
         return "accepted"
     except Hung:
         return "inconclusive"
-    except BaseException as exc:  # noqa: BLE001 (whatever the callable raises is the answer)
+    except BaseException as exc:  # whatever the callable raises is the answer
         text = str(exc)
         if keyword in text and ("unexpected keyword" in text or "Extra inputs" in text or "not permitted" in text
                                 or "Unexpected keyword" in text):
@@ -125,7 +125,7 @@ def old_rejects(record: dict[str, Any], keyword: str) -> bool:
 
 def main() -> None:
     ns: dict[str, Any] = {"__name__": "medic_probe"}
-    exec(compile(open(sys.argv[1]).read(), "<medic probe>", "exec"), ns)  # noqa: S102 (medic's own probe)
+    exec(compile(open(sys.argv[1]).read(), "<medic probe>", "exec"), ns)  # medic's own probe
     packages, budget = sys.argv[2].split(","), float(sys.argv[3])
     signal.signal(signal.SIGALRM, on_alarm)
     start, modules_ok, modules_failed, callables = time.monotonic(), 0, 0, 0
@@ -150,7 +150,7 @@ def main() -> None:
                         with contextlib.redirect_stdout(io.StringIO()):
                             imported[module] = importlib.import_module(module)
                         modules_ok += 1
-                    except BaseException:  # noqa: BLE001 (a module this env cannot import is skipped)
+                    except BaseException:  # a module this env cannot import is skipped
                         imported[module], modules_failed = None, modules_failed + 1
                     finally:
                         signal.alarm(0)
