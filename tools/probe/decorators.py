@@ -192,11 +192,11 @@ def wrapper_layer(inner: dict[str, Any], at: Found, wrapper: Any, target: str, i
         for k in named:
             if not (isinstance(k.value, ast.Name) and k.value.id == k.arg):
                 raise Unknown(f"wrapper {wrapper.name} ({where}) adds keyword {k.arg}= of its own")
-    if not any(always_reached(wrapper, call) for call in calls):
-        raise Unknown(f"wrapper {wrapper.name} ({where}) may return without calling {target}")
     for name in (star, kw):
         if name and len(uses(wrapper, name)) != len(calls):
             raise Unknown(f"wrapper {wrapper.name} ({where}) reads or changes {name} before passing it on")
+    if not any(always_reached(wrapper, call) for call in calls):
+        raise Unknown(f"wrapper {wrapper.name} ({where}) may return without calling {target}")
     if swallows(wrapper):
         raise Unknown(f"wrapper {wrapper.name} ({where}) catches the call's errors without raising")
     own = function_signature(here, False)["params"]
