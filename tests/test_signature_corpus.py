@@ -23,7 +23,7 @@ from tools.errors import LabError
 from tools.source_probe import PROBE_TEXT
 
 SCRIPT = Path(__file__).parent / "lab_scripts" / "signature_corpus.py"
-IMPORT_SECONDS = 60  # per lab after its first imports (torch), all three labs at once: ~3 minutes in all
+IMPORT_SECONDS = 50  # per lab after its first imports (torch), the three labs at once
 VARIANT = Variant("0.18.1", "0.3.0")
 
 
@@ -48,7 +48,7 @@ def corpus(lab: LabPaths, lab_0181: LabPaths, server_lab: ServerLabPaths,
              for name, py in pythons.items()}
     out = {}
     for name, proc in procs.items():
-        stdout, _ = proc.communicate(timeout=IMPORT_SECONDS + 240)
+        stdout, _ = proc.communicate(timeout=IMPORT_SECONDS + 540)  # a loaded machine: the budget bounds the work
         assert proc.returncode == 0, f"the corpus run in the {name} lab exited {proc.returncode}"
         out[name] = json.loads(stdout.strip().splitlines()[-1])
     return out
@@ -63,7 +63,7 @@ def test_no_keyword_is_said_rejected_that_the_callable_takes(corpus: dict[str, d
         rows = run["rows"]
         before, after = false_rejects(rows, 3), false_rejects(rows, 2)
         proven = [r for r in rows if r[2] is True]
-        print(f"{name}: {run['callables']} callables of {run['targets']} decorated, {run['modules_ok']} modules "
+        print(f"{name}: {run['callables']} callables of {run['targets']} decorated reached, {run['modules_ok']} modules "
               f"({run['modules_failed']} not importable here), {len(rows)} verdicts checked in {run['seconds']}s; "
               f"false 'rejects' before={len(before)} after={len(after)}; proven rejects={len(proven)} "
               f"({sum(r[4] == 'rejected' for r in proven)} confirmed)")

@@ -35,9 +35,9 @@ def on_alarm(signum: int, frame: Any) -> None:
     raise Hung()
 
 
-def decorated_targets(ns: dict[str, Any], package: str) -> list[tuple[str, list[str], Any]]:
-    """(module, qualname parts, node) of each decorated def/class, at top level or in a top-level class."""
-    out = []
+def decorated_targets(ns: dict[str, Any], package: str) -> Any:
+    """(module, qualname parts, node) of each decorated def/class, at top level or in a top-level class; files
+    are parsed as the walk reaches them (the walk stops when the time is spent)."""
     for root, path in ns["package_files"](package):
         if "/tests/" in path or path.endswith("conftest.py"):
             continue
@@ -49,12 +49,11 @@ def decorated_targets(ns: dict[str, Any], package: str) -> list[tuple[str, list[
             continue
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.decorator_list:
-                out.append((module, [node.name], node))
+                yield module, [node.name], node
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.decorator_list:
-                        out.append((module, [node.name, item.name], item))
-    return out
+                        yield module, [node.name, item.name], item
 
 
 def wrapper_strings(obj: Any) -> list[str]:
@@ -130,28 +129,29 @@ def main() -> None:
     signal.signal(signal.SIGALRM, on_alarm)
     start, modules_ok, modules_failed, callables = time.monotonic(), 0, 0, 0
     rows: list[list[Any]] = []
+    spent = {"import": 0.0, "probe": 0.0, "truth": 0.0}
     probe_errors, total = 0, 0
     for package in packages:  # each package gets its share of time, counted after its first import (torch...)
         deadline = None
-        targets = decorated_targets(ns, package)
-        total += len(targets)
         imported: dict[str, Any] = {}
-        for module, qual, node in targets:
+        for module, qual, node in decorated_targets(ns, package):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            total += 1
             names = [ast.unparse(d.func if isinstance(d, ast.Call) else d).rpartition(".")[2]
                      for d in node.decorator_list]
             if any(n in NOT_CALLABLE for n in names):
                 continue
             if module not in imported:
-                if deadline is not None and time.monotonic() > deadline:
-                    imported[module] = None
-                else:
-                    try:  # no alarm here: an import cut short leaves torch half set up (and a crash later)
-                        with contextlib.redirect_stdout(io.StringIO()):
-                            imported[module] = importlib.import_module(module)
-                        modules_ok += 1
-                    except Exception:  # a module this env cannot import is skipped
-                        imported[module], modules_failed = None, modules_failed + 1
-                    deadline = deadline or time.monotonic() + budget / len(packages)
+                t0 = time.monotonic()
+                try:  # no alarm here: an import cut short leaves torch half set up (and a crash later)
+                    with contextlib.redirect_stdout(io.StringIO()):
+                        imported[module] = importlib.import_module(module)
+                    modules_ok += 1
+                except Exception:  # a module this env cannot import is skipped
+                    imported[module], modules_failed = None, modules_failed + 1
+                deadline = deadline or time.monotonic() + budget / len(packages)
+                spent["import"] += time.monotonic() - t0
             owner = imported[module]
             try:
                 obj = owner
@@ -162,6 +162,7 @@ def main() -> None:
             if not callable(obj) or (len(qual) > 1 and isinstance(inspect.getattr_static(
                     getattr(owner, qual[0]), qual[1], None), property)):
                 continue
+            t0 = time.monotonic()
             try:
                 found = ns["lookup"](module, qual)
                 new = ns["signature_of"](found)
@@ -170,14 +171,17 @@ def main() -> None:
                 probe_errors += 1
                 continue
             callables += 1
+            spent["probe"] += time.monotonic() - t0
             # a caller never names self/cls: the bound call fills them
             for keyword in [k for k in dict.fromkeys([FRESH, *wrapper_strings(obj)]) if k not in ("self", "cls")]:
                 verdict, before = ns["rejects_keyword"](new, keyword), old_rejects(old, keyword)
                 if verdict is True or before:
+                    t0 = time.monotonic()
                     truth = ground_truth(obj, keyword, isinstance(found.node, ast.ClassDef))
+                    spent["truth"] += time.monotonic() - t0
                     rows.append([f"{module}:{'.'.join(qual)}", keyword, verdict, before, truth])
     print(json.dumps({"rows": rows, "callables": callables, "targets": total, "modules_ok": modules_ok,
-                      "modules_failed": modules_failed, "probe_errors": probe_errors,
+                      "modules_failed": modules_failed, "probe_errors": probe_errors, "spent": {k: round(v, 1) for k, v in spent.items()},
                       "seconds": round(time.monotonic() - start, 1)}))
 
 
