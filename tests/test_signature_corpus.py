@@ -63,8 +63,8 @@ def test_no_keyword_is_said_rejected_that_the_callable_takes(corpus: dict[str, d
         rows = run["rows"]
         before, after = false_rejects(rows, 3), false_rejects(rows, 2)
         proven = [r for r in rows if r[2] is True]
-        print(f"{name}: {run['callables']} callables of {run['targets']} decorated reached, {run['modules_ok']} modules "
-              f"({run['modules_failed']} not importable here), {len(rows)} verdicts checked in {run['seconds']}s; "
+        print(f"{name}: {run['callables']} callables of {run['targets']} decorated reached, {run['modules_ok']} modules"
+              f" ({run['modules_failed']} not importable here), {len(rows)} verdicts checked in {run['seconds']}s; "
               f"false 'rejects' before={len(before)} after={len(after)}; proven rejects={len(proven)} "
               f"({sum(r[4] == 'rejected' for r in proven)} confirmed)")
         assert after == [], f"{name}: {after[:5]}"

@@ -180,9 +180,10 @@ def main() -> None:
                     truth = ground_truth(obj, keyword, isinstance(found.node, ast.ClassDef))
                     spent["truth"] += time.monotonic() - t0
                     rows.append([f"{module}:{'.'.join(qual)}", keyword, verdict, before, truth])
-    print(json.dumps({"rows": rows, "callables": callables, "targets": total, "modules_ok": modules_ok,
-                      "modules_failed": modules_failed, "probe_errors": probe_errors, "spent": {k: round(v, 1) for k, v in spent.items()},
-                      "seconds": round(time.monotonic() - start, 1)}))
+    print(json.dumps({
+        "rows": rows, "callables": callables, "targets": total, "modules_ok": modules_ok,
+        "modules_failed": modules_failed, "probe_errors": probe_errors,
+        "spent": {k: round(v, 1) for k, v in spent.items()}, "seconds": round(time.monotonic() - start, 1)}))
 
 
 if __name__ == "__main__":
