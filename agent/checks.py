@@ -60,7 +60,7 @@ def check_signature_has(ctx: RepairContext, check: Check, env: Mapping[str, str]
     names = [p.name for p in sig.params]
     if not check.detail:
         return True, f"{check.target} found"
-    ok = check.detail in names or any(p.kind == "var_keyword" for p in sig.params)
+    ok = check.detail in names or sig.rejects_keyword(check.detail) is False
     return ok, f"{check.target}({', '.join(names)})"
 
 

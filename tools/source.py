@@ -18,6 +18,7 @@ from typing import Any
 
 from tools.errors import SourceError
 from tools.host import Host
+from tools.probe import records
 from tools.source_probe import MARK, PROBE_TEXT
 
 PROBE_TIMEOUT = 60.0
@@ -77,13 +78,35 @@ class Signature:
     path: str
     lineno: int
     derived_from: str = "def"  # "def", "Base.__init__", "dataclass fields", "BaseModel fields", "object"
+    # False when a layer (a decorator's wrapper, a metaclass, a base, a config) could not be read: what the
+    # OUTERMOST callable accepts is then unknown, whatever ``params`` (the inner def's) say.
+    exact: bool = False
+    open_keywords: bool = False  # takes any keyword though no **kwargs shows (a pydantic model ignoring extras)
+    layers: tuple[str, ...] = ()  # what the call goes through, innermost first: the evidence
+    unknown: str | None = None  # why it is not exact
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
     @property
     def accepts_any_keyword(self) -> bool:
-        return any(p.kind == "var_keyword" for p in self.params)
+        return self.open_keywords or any(p.kind == "var_keyword" for p in self.params)
+
+    def rejects_keyword(self, name: str) -> bool | None:
+        """True only when the outermost callable provably rejects ``name=``; None when that is unknown."""
+        record = {"exact": self.exact, "open_keywords": self.open_keywords,
+                  "params": [{"name": p.name, "kind": p.kind} for p in self.params]}
+        return records.rejects_keyword(record, name)
+
+    def missing_required(self, given: set[str], positional: int) -> list[str] | None:
+        """Parameters a call passing ``positional`` arguments and the keywords ``given`` leaves without a
+        value; None when that cannot be proven (not exact, or a ``*args`` that takes any count)."""
+        if not self.exact or any(p.kind == "var_positional" for p in self.params):
+            return None
+        filled = {p.name for p in self.params if p.kind in ("positional_only", "positional_or_keyword")}
+        filled = {n for i, n in enumerate(p.name for p in self.params if p.name in filled) if i < positional}
+        return [p.name for p in self.params if not p.has_default and p.kind not in ("var_positional", "var_keyword")
+                and p.name not in given | filled]
 
 
 @dataclass(frozen=True)
@@ -132,6 +155,10 @@ def _signature(raw: dict[str, Any]) -> Signature:
         path=raw["path"],
         lineno=raw["lineno"],
         derived_from=raw.get("derived_from", "def"),
+        exact=bool(raw.get("exact", False)),
+        open_keywords=bool(raw.get("open_keywords", False)),
+        layers=tuple(raw.get("layers", ())),
+        unknown=raw.get("unknown"),
     )
 
 

@@ -18,7 +18,10 @@ from tools.probe.answers import MARK
 
 __all__ = ["MARK", "PROBE_PARTS", "PROBE_TEXT", "probe_script"]
 
-PROBE_PARTS = ("modules", "resolve", "signatures", "answers")  # each part may use those before it
+# each part may use those before it
+PROBE_PARTS = (
+    "modules", "resolve", "signatures", "decorators", "constructors", "callables", "records", "answers",
+)
 _PART_DIR = Path(__file__).with_name("probe")
 
 

@@ -213,7 +213,9 @@ def _format_signature(sig: source.Signature) -> str:
         text += f" = {p.default_src}" if p.has_default else ""
         parts.append(f"{text}  [{p.kind}]")
     returns = f" -> {sig.returns_src}" if sig.returns_src else ""
-    return f"({', '.join(parts)}){returns}  # {sig.path}:{sig.lineno}, from {sig.derived_from}"
+    through = f"; called through {'; '.join(sig.layers)}" if sig.layers else ""
+    unknown = f"; what the call accepts is UNKNOWN ({sig.unknown})" if sig.unknown else ""
+    return f"({', '.join(parts)}){returns}  # {sig.path}:{sig.lineno}, from {sig.derived_from}{through}{unknown}"
 
 
 @tool(

@@ -71,14 +71,15 @@ def unexpected_keyword(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             sig = src_tools.signature(ctx.host, ctx.python, target)
         except MedicError:
             continue
-        if any(p.kind == "var_keyword" for p in sig.params):
-            continue  # it takes **kwargs: the keyword goes deeper; not a signature drift we can see here
+        if sig.rejects_keyword(keyword) is not True:
+            continue  # not proven on the outermost callable (a wrapper may take it): propose nothing
         passed = {k.arg for k in call.keywords}
         free = [p.name for p in sig.params if p.kind in ("positional_or_keyword", "keyword_only")
                 and p.name not in passed]
         evidence = [
             evidence_line(frame.file, call.lineno, src.line(call.lineno)),
             f"{sig.path}:{sig.lineno}: installed {name}({', '.join(p.name for p in sig.params)})",
+            *(f"{sig.path}:{sig.lineno}: called through {layer}" for layer in sig.layers),
         ]
         renamed = close_name(keyword, free)
         if renamed:

@@ -1,5 +1,7 @@
 """The scan's signature detector: calls to names imported from a library, against the INSTALLED signature —
-unexpected keywords and missing required arguments (a dataclass or pydantic field without a default counts)."""
+unexpected keywords and missing required arguments (a dataclass or pydantic field without a default counts),
+each only where the record proves it (``Signature.rejects_keyword`` / ``missing_required``: a decorator's
+wrapper or a class layer that cannot be read leaves the call alone)."""
 
 from __future__ import annotations
 
@@ -35,22 +37,14 @@ def drift_at(src: Source, call: ast.Call, name: str, sig: src_tools.Signature) -
         return []  # *args / **kwargs at the call: cannot tell statically
     func = src.enclosing_function(call.lineno)
     frame = FrameRef(src.path, call.lineno, func.name if func else "<module>", src.line(call.lineno).strip())
-    params = [p for p in sig.params if p.name not in ("self", "cls")]
-    names = {p.name for p in params}
-    takes_any = any(p.kind == "var_keyword" for p in params)
     found: list[Fault] = []
-    for kw in call.keywords:
-        if kw.arg and kw.arg not in names and not takes_any:
+    for kw in call.keywords:  # only what the OUTERMOST callable provably rejects (decorators, classes...)
+        if kw.arg and sig.rejects_keyword(kw.arg) is True:
             found.append(Fault("scan", "TypeError", f"{name}() got an unexpected keyword argument '{kw.arg}'",
                                (frame,), fingerprint=f"scan:{name}:{kw.arg}",
                                finding=Finding("unexpected_kwarg", callee=name, name=kw.arg)))
-    positional = [p for p in params if p.kind in ("positional_only", "positional_or_keyword")]
-    if any(p.kind == "var_positional" for p in params):
-        return found
-    given = {p.name for p in positional[: len(call.args)]} | {k.arg for k in call.keywords if k.arg}
-    missing = [p.name for p in params if not p.has_default and p.kind not in ("var_positional", "var_keyword")
-               and p.name not in given]
-    for param in missing:
+    given = {k.arg for k in call.keywords if k.arg}
+    for param in sig.missing_required(given, len(call.args)) or []:
         found.append(Fault("scan", "TypeError", f"{name}() missing 1 required positional argument: '{param}'",
                            (frame,), fingerprint=f"scan:{name}:{param}",
                            finding=Finding("missing_argument", callee=name, name=param)))

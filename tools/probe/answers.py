@@ -15,6 +15,7 @@ import sys
 import sysconfig
 from typing import Any
 
+from tools.probe.callables import signature_of
 from tools.probe.modules import (
     MAX_SNIPPET,
     Found,
@@ -27,7 +28,7 @@ from tools.probe.modules import (
     snippet,
 )
 from tools.probe.resolve import binding, bindings, method_kind, mro, resolve, top_package
-from tools.probe.signatures import function_signature, signature_of
+from tools.probe.signatures import function_signature
 
 MARK = "<<medic-probe>> "
 MAX_SOURCE_LINES = 400

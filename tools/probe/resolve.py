@@ -74,17 +74,27 @@ def lookup(module: str, names: list[str], depth: int = 0) -> Found:
     if node is None:
         if path.endswith("__init__.py") and find_spec(module + "." + names[0]) is not None:
             return lookup(module + "." + names[0], names[1:], depth + 1)
-        for stmt in parse(path)[1].body:  # `from .x import *` (torch.nn does this)
-            if isinstance(stmt, ast.ImportFrom) and [a.name for a in stmt.names] == ["*"]:
-                try:
-                    return lookup(absolute(module, path, stmt), names, depth + 1)
-                except ProbeError:
-                    continue
+        for stmt in star_imports(parse(path)[1].body):  # `from .x import *` (torch.nn; pydantic if TYPE_CHECKING)
+            try:
+                return lookup(absolute(module, path, stmt), names, depth + 1)
+            except ProbeError:
+                continue
         raise ProbeError(f"{names[0]} is not defined in {module} ({path})")
     found = Found(module, path, node, [names[0]])
     for name in names[1:]:
         found = member(found, name)
     return found
+
+
+def star_imports(body: list[Any]) -> Any:
+    """``from x import *`` statements of a block, those under ``if``/``try`` included."""
+    for stmt in body:
+        if isinstance(stmt, ast.ImportFrom) and [a.name for a in stmt.names] == ["*"]:
+            yield stmt
+        elif isinstance(stmt, ast.If):
+            yield from star_imports(stmt.body + stmt.orelse)
+        elif isinstance(stmt, ast.Try):
+            yield from star_imports(stmt.body + stmt.orelse + stmt.finalbody)
 
 
 def member(owner: Found, name: str) -> Found:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from tools.probe.modules import Found, ProbeError, snippet
-from tools.probe.resolve import binding, dotted, imported_from, lookup, method_kind, mro, top_package
+from tools.probe.modules import Found, ProbeError, parse, snippet
+from tools.probe.resolve import binding, dotted, imported_from, lookup, mro, top_package
 
 RECORD_BASES = ("BaseModel", "Struct", "NamedTuple")
 
@@ -61,9 +61,16 @@ def dataclass_decorator(klass: Found) -> Any:
     """``@dataclass`` itself, or a decorator of the same package that calls it (vLLM's ``@config``)."""
     for deco in klass.node.decorator_list:
         names = dotted(deco.func if isinstance(deco, ast.Call) else deco)
-        if names[-1:] == ["dataclass"] or (names and wraps_dataclass(klass, names)):
+        if names[-1:] == ["dataclass"] or original_name(klass, names) == "dataclass" or (
+                names and wraps_dataclass(klass, names)):
             return deco
     return None
+
+
+def original_name(klass: Found, names: list[str]) -> str | None:
+    """``dataclass`` for ``from pydantic.dataclasses import dataclass as pydantic_dataclass``."""
+    node = binding(parse(klass.path)[1].body, names[0]) if len(names) == 1 else None
+    return node[1].name.rpartition(".")[2] if isinstance(node, tuple) else None
 
 
 def wraps_dataclass(klass: Found, names: list[str]) -> bool:
@@ -168,17 +175,3 @@ def class_signature(found: Found) -> dict[str, Any]:
         "lineno": found.node.lineno,
         "derived_from": "object",
     }
-
-
-def signature_of(found: Found) -> dict[str, Any]:
-    node = found.node
-    if isinstance(node, ast.ClassDef):
-        return class_signature(found)
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return function_signature(found, len(found.qual) > 1 and method_kind(node) != "staticmethod")
-    value = getattr(node, "value", None)
-    if isinstance(value, (ast.Name, ast.Attribute)):  # an alias: `Foo = other.Bar`
-        return signature_of(lookup(found.module, dotted(value)))
-    raise ProbeError(
-        "{} in {} is not a function or class".format(".".join(found.qual) or found.module, found.path)
-    )
