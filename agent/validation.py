@@ -51,7 +51,8 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                         output=None if canary else target.output)[0]
     else:
         own = builtin_check(deps.host, target.python, run_command or target.command, target.workdir,
-                            output=None if canary else target.output, model_dir=None if canary else target.model_dir)
+                            output=None if canary else target.output, model_dir=None if canary else target.model_dir,
+                            server_command=target.server_command)
         if isinstance(own, str):
             detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
             deps.record("validate", "validate", {"summary": detail, "verified": False})

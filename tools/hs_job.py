@@ -1,0 +1,84 @@
+"""medic's own check of a hidden-state server job (speculators ≥ 0.5's client against a vLLM server), found from
+the two commands: the client (tools/hs_layouts.py knows each release's) names the output folder and the dataset,
+the server's ``--speculative_config`` the layer ids, either one the model folder. The check itself is
+tools/hs_output_check.py, run by the target python with its text on stdin, like tools/output_check.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import asdict
+from importlib import resources
+
+from tools import hs_layouts
+from tools.host import Host
+from tools.validate_output import MODEL_OPTION, BuiltinCheck, on_host, option_values
+
+SCRIPT = "hs_output_check.py"
+
+
+def named(command: Sequence[str], option: str | None) -> str | None:
+    if option is None:
+        return None
+    values = option_values(command, re.compile(f"^{re.escape(option)}$"))
+    return values[-1] if values else None  # argparse and typer keep the last
+
+
+def layer_ids(server_command: Sequence[str] | None) -> list[int] | str:
+    """The layer ids the server extracts, in its order, or why medic cannot tell."""
+    path = ".".join(hs_layouts.LAYER_IDS_PATH)
+    need = (f"the layer ids: the server's {hs_layouts.SPECULATIVE_OPTIONS[0]} (method "
+            f"{hs_layouts.SERVER_METHOD}) names them as {path}")
+    if not server_command:
+        return f"{need}, and medic does not start the server (--server names it)"
+    text = next((v for option in hs_layouts.SPECULATIVE_OPTIONS for v in option_values(
+        server_command, re.compile(f"^{re.escape(option)}$"))), None)
+    if text is None:
+        return f"{need}; the server command has no such option"
+    try:
+        value = json.loads(text)
+        for key in hs_layouts.LAYER_IDS_PATH:
+            value = value[key]
+        return [int(x) for x in value]
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"{need}; its value does not ({type(exc).__name__}: {str(exc)[:80]})"
+
+
+def hs_builtin_check(host: Host, python: str, command: Sequence[str], workdir: str, *,
+                     server_command: Sequence[str] | None = None, output: str | None = None,
+                     model_dir: str | None = None) -> BuiltinCheck | str | None:
+    """The check of a known client's output, why there is none, or None when ``command`` is no known client."""
+    client = hs_layouts.client_of(list(command))
+    if client is None:
+        return None
+    dataset = on_host(named(command, client.dataset_option) or client.dataset_default, workdir)
+    folder = output or named(command, client.output_option) or client.output_default.format(dataset=dataset)
+    folder = on_host(folder, workdir)
+    if model_dir is None:
+        candidates = [*option_values(command, MODEL_OPTION), *(a for a in server_command or () if
+                                                                not a.startswith("-"))]
+        model_dir = next((p for p in (on_host(a, workdir) for a in candidates)
+                          if host.exists(f"{p.rstrip('/')}/config.json")), None)
+    layers = layer_ids(server_command)
+    missing = [what for what, bad in (
+        ("the model folder with a config.json (the server's model, or the client's --model)", model_dir is None),
+        (f"the dataset ({client.dataset_option} {dataset})", not host.exists(dataset)),
+        (layers if isinstance(layers, str) else "", isinstance(layers, str))) if bad]
+    if missing:
+        return (f"medic cannot check the output of speculators {hs_layouts.releases_of(client)}'s client: it needs "
+                f"{' and '.join(missing)} (or a --validate command) in `{shlex.join(command)[:200]}`")
+    assert model_dir is not None and not isinstance(layers, str)
+    layouts = json.dumps([{**asdict(layout), "keys": list(layout.keys()), "describe": layout.describe()}
+                          for layout in hs_layouts.LAYOUTS])
+    argv = [python, "-", folder, "--model", model_dir, "--dataset", dataset, "--layers", ",".join(map(str, layers)),
+            "--layouts", layouts, "--file-name", client.file_name, "--json"]
+    for option, flag in ((client.max_samples_option, "--max-samples"), (client.world_size_option, "--world-size"),
+                         (client.rank_option, "--rank")):
+        value = named(command, option)
+        if value is not None:
+            argv += [flag, value]
+    script = resources.files("tools").joinpath(SCRIPT).read_text(encoding="utf-8")
+    return BuiltinCheck(argv, script, folder, model_dir)
