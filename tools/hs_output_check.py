@@ -154,11 +154,13 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         for slot, layer in enumerate(layer_ids):
             ref = reference[layer].float()
             scale = max(ref.abs().max().item(), 1e-6)
-            error = ((got[:, slot, :] - ref).abs() - rounding * ref.abs()).clamp(min=0).max().item()
+            diff = (got[:, slot, :] - ref).abs()
+            error, beyond = diff.max().item(), (diff - rounding * ref.abs()).max().item()
             per_layer[layer] = max(per_layer.get(layer, 0.0), error)
-            if not error <= args.tolerance * scale:
-                problems.append(f"row {row} layer {layer}: max abs error {error:.4f} > {args.tolerance} x scale "
-                                f"{scale:.3f}")
+            if not beyond <= args.tolerance * scale:
+                dtype = str(stored).removeprefix("torch.")
+                problems.append(f"row {row} layer {layer}: max abs error {error:.4f} ({beyond:.4f} beyond the stored "
+                                f"{dtype}'s rounding) > {args.tolerance} x scale {scale:.3f}")
             else:
                 passed.append(f"row {row} layer {layer}: max abs error {error:.5f}")
     return {"verified": not problems, "readable": True, "sequences": len(wanted), "values_checked": len(values),
