@@ -20,11 +20,17 @@ from typing import Any
 
 import pytest
 
+from agent.config import SessionConfig, Target
+from agent.deps import Deps
+from agent.nodes.validate import validate
+from agent.record.trace import TraceWriter
+from agent.repair.engine import RepairEngine
 from lab.build import LabPaths, clone_venv
 from lab.server_lab import SERVER_RUN_ENV, ServerLabBuilder, ServerLabPaths
 from tests.fixtures_server import server_lab  # noqa: F401  (the session-scoped shared lab)
 from tools import hs_layouts
 from tools.host import LocalHost
+from tools.redact import Redactor
 from tools.validate_output import builtin_check
 
 REPO = Path(__file__).parents[1]
@@ -128,9 +134,21 @@ def test_an_fp8_record_is_read_back_through_its_scales(typed: dict[str, Any]) ->
 
 
 def test_a_layout_no_known_writer_uses_is_unverified_saying_what_it_would_need(typed: dict[str, Any]) -> None:
-    code, report = own_check(typed, spoiled(typed, "renamed"))
-    assert code == 2 and report["readable"] is False
+    """Through the validate node, as a session judges it: an output medic cannot read is unverified, no fault."""
+    lab: ServerLabPaths = typed["lab"]
+    folder = spoiled(typed, "renamed")
+    target = Target(python=str(lab.python), workdir=str(typed["job"]), env=dict(SERVER_RUN_ENV),
+                    command=[w if w != "hs" else str(folder) for w in client_words(lab)],
+                    server_command=server_words(lab))
+    config = SessionConfig(session_id="hs-renamed", target=target)
+    trace = TraceWriter(typed["base"] / "renamed.jsonl", {"session": "hs-renamed"}, Redactor())
+    deps = Deps(host=LocalHost(), config=config, engine=RepairEngine(), trace=trace)
+    out = validate({"run": {"n": 1, "kind": "target"}, "faults": []}, deps)  # type: ignore[typeddict-item]
+    assert out["outcome"] == "unverified" and not out.get("fault"), out
+    report = out["validation"]
+    assert report["readable"] is False
     problem = report["problems"][0]
+    assert problem in out["outcome_detail"]
     assert "hs_0.safetensors holds tensors ['hs', 'ids']: no layout medic knows" in problem
     assert "tools/hs_layouts.py" in problem and "--validate" in problem
     assert all(layout.describe() in problem for layout in hs_layouts.LAYOUTS)
