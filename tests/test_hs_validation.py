@@ -183,3 +183,21 @@ def test_without_an_output_option_the_folder_is_the_clients_default(typed: dict[
                           server_command=server_words(lab))
     assert not isinstance(check, str) and check.output == f"{lab.dataset}/hidden_states"
     assert check.model == str(lab.model("tiny"))  # the server's model: this client names none
+
+
+def test_a_server_started_by_speculators_launch_script_has_the_scripts_layer_ids(
+        server_lab: ServerLabPaths) -> None:  # noqa: F811
+    """0.5–0.7's `scripts/launch_vllm.py MODEL -- VLLM_ARGS` writes no JSON into the command: its own rule, from the
+    model's num_hidden_layers (8 here), gives the ids."""
+    client = ["python", "scripts/data_generation_offline.py", "--preprocessed-data", str(server_lab.dataset)]
+    model = str(server_lab.model("tiny"))
+
+    def layers(*options: str) -> str:
+        check = builtin_check(LocalHost(), str(server_lab.python), client, str(server_lab.work), server_command=[
+            "python", "scripts/launch_vllm.py", model, *options, "--", "--port", "{port}"])
+        assert not isinstance(check, str), check
+        return check.argv[check.argv.index("--layers") + 1]
+
+    assert layers() == "2,4,5,8"
+    assert layers("--target-layer-ids", "1", "3") == "1,3,8"
+    assert layers("--target-layer-ids", "1", "3", "--no-include-last-layer") == "1,3"

@@ -6,6 +6,7 @@ tools/hs_output_check.py, run by the target python with its text on stdin, like 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shlex
@@ -14,7 +15,8 @@ from dataclasses import asdict
 from importlib import resources
 
 from tools import hs_layouts
-from tools.host import Host
+from tools.errors import MedicError
+from tools.host import Host, read_text
 from tools.validate_output import MODEL_OPTION, BuiltinCheck, on_host, option_values
 
 SCRIPT = "hs_output_check.py"
@@ -27,13 +29,28 @@ def named(command: Sequence[str], option: str | None) -> str | None:
     return values[-1] if values else None  # argparse and typer keep the last
 
 
-def layer_ids(server_command: Sequence[str] | None) -> list[int] | str:
+def launcher_ids(host: Host, server_command: Sequence[str], model_dir: str | None) -> list[int] | str:
+    """The ids speculators' launch_vllm.py computes from its options and the model's layer count."""
+    own = server_command[:server_command.index("--")] if "--" in server_command else list(server_command)
+    at = own.index(hs_layouts.LAUNCHER_IDS_OPTION) + 1 if hs_layouts.LAUNCHER_IDS_OPTION in own else len(own)
+    given = [int(w) for w in itertools.takewhile(str.isdigit, own[at:])]
+    try:
+        config = json.loads(read_text(host, f"{model_dir}/config.json"))
+        n = int(config.get("text_config", config)["num_hidden_layers"])
+    except (MedicError, OSError, ValueError, KeyError, TypeError) as exc:
+        return f"the model's num_hidden_layers ({hs_layouts.LAUNCHER} counts from it): {type(exc).__name__}"
+    return hs_layouts.launcher_layer_ids(given, n, hs_layouts.LAUNCHER_NO_LAST not in own)
+
+
+def layer_ids(host: Host, server_command: Sequence[str] | None, model_dir: str | None) -> list[int] | str:
     """The layer ids the server extracts, in its order, or why medic cannot tell."""
     path = ".".join(hs_layouts.LAYER_IDS_PATH)
     need = (f"the layer ids: the server's {hs_layouts.SPECULATIVE_OPTIONS[0]} (method "
             f"{hs_layouts.SERVER_METHOD}) names them as {path}")
     if not server_command:
         return f"{need}, and medic does not start the server (--server names it)"
+    if any(w.rsplit("/", 1)[-1] == hs_layouts.LAUNCHER for w in server_command):
+        return launcher_ids(host, server_command, model_dir)
     text = next((v for option in hs_layouts.SPECULATIVE_OPTIONS for v in option_values(
         server_command, re.compile(f"^{re.escape(option)}$"))), None)
     if text is None:
@@ -62,7 +79,7 @@ def hs_builtin_check(host: Host, python: str, command: Sequence[str], workdir: s
                                                                 not a.startswith("-"))]
         model_dir = next((p for p in (on_host(a, workdir) for a in candidates)
                           if host.exists(f"{p.rstrip('/')}/config.json")), None)
-    layers = layer_ids(server_command)
+    layers = layer_ids(host, server_command, model_dir)
     missing = [what for what, bad in (
         ("the model folder with a config.json (the server's model, or the client's --model)", model_dir is None),
         (f"the dataset ({client.dataset_option} {dataset})", not host.exists(dataset)),

@@ -97,8 +97,21 @@ LAYOUTS: tuple[Layout, ...] = (
 # --speculative_config (method extract_hidden_states); id L is the input of decoder layer L, HF's
 # hidden_states[L], and id num_hidden_layers the last layer's output before the final norm.
 SPECULATIVE_OPTIONS = ("--speculative_config", "--speculative-config")
+# A server started through that script (`python scripts/launch_vllm.py MODEL [--target-layer-ids …] -- VLLM_ARGS`)
+# has no JSON to read: its ids are the script's rule, [2, n // 2, n - 3, n] for n = num_hidden_layers, or the
+# given ids with n appended unless --no-include-last-layer (launch_vllm.py @ v0.5.0–v0.7.0, unchanged there).
+LAUNCHER = "launch_vllm.py"
+LAUNCHER_IDS_OPTION = "--target-layer-ids"
+LAUNCHER_NO_LAST = "--no-include-last-layer"
 LAYER_IDS_PATH = ("draft_model_config", "hf_config", "eagle_aux_hidden_state_layer_ids")
 SERVER_METHOD = "extract_hidden_states"
+
+
+def launcher_layer_ids(given: list[int], num_hidden_layers: int, include_last: bool) -> list[int]:
+    n = num_hidden_layers
+    if not given:
+        return [2, n // 2, n - 3, n]
+    return [*given, n] if include_last and n not in given else list(given)
 
 
 def client_of(command: list[str] | tuple[str, ...]) -> Client | None:
