@@ -39,14 +39,15 @@ SESSION = "hs-typed"
 
 
 def server_words(lab: ServerLabPaths) -> list[str]:
-    """The lab's server command as a user types it: `python -m vllm…`, the connector's staging in the job folder."""
-    words = lab.server_command()
-    words[0] = "python"
-    at = words.index("--kv_transfer_config") + 1
-    transfer = json.loads(words[at])
+    """The server as the README's example types it (`python -m vllm.entrypoints.cli.main serve MODEL --port {port}
+    …`): the lab's speculative config, the connector's staging in the job folder, vLLM's own front-end defaults."""
+    lab_words = lab.server_command()
+    speculative = lab_words[lab_words.index("--speculative_config") + 1]
+    transfer = json.loads(lab_words[lab_words.index("--kv_transfer_config") + 1])
     transfer["kv_connector_extra_config"]["shared_storage_path"] = "staging"
-    words[at] = json.dumps(transfer, separators=(",", ":"))
-    return words
+    return ["python", "-m", "vllm.entrypoints.cli.main", "serve", str(lab.model("tiny")), "--speculative_config",
+            speculative, "--kv_transfer_config", json.dumps(transfer, separators=(",", ":")), "--host", "127.0.0.1",
+            "--port", "{port}", "--max-model-len", "512"]
 
 
 def client_words(lab: ServerLabPaths) -> list[str]:
