@@ -49,12 +49,13 @@ CLIENTS: tuple[Client, ...] = (
     # input_ids, hidden_states.shape[0] == tokens, no NaN). v0.7.0.1 changed vllm_client.py only.
     Client("0.7.0", "scripts/data_generation_offline.py, src/speculators/data_generation/offline.py @ v0.7.0", SCRIPT),
     # 0.8.0 wheel speculators/cli/generate_offline_data.py: the CLI `speculators generate-offline-data`, typer
-    # options with the script's names and defaults (--preprocessed-data ./output, --output None).
+    # options with the script's names and defaults (--preprocessed-data ./output, --output None); offline.py's
+    # check_hidden_states counts NaN/inf per layer slot of hidden_states [tokens, layers, hidden].
     Client("0.8.0", "speculators-0.8.0 wheel: speculators/cli/generate_offline_data.py", CLI),
-    # 0.8.1 wheel: the same writer; check_hidden_states counts NaN/inf per layer slot.
+    # 0.8.1 wheel: cli/generate_offline_data.py and data_generation/offline.py identical to 0.8.0's.
     Client("0.8.1", "speculators-0.8.1 wheel: speculators/cli/generate_offline_data.py", CLI),
-    # 0.9.0 wheel: the same writer; cached files that safe_open refuses are written again
-    # (find_corrupt_hidden_state_indices); generate_hidden_states_async returns (handle, kv_transfer_params).
+    # 0.9.0 wheel: the same writer; check_hidden_states asks for both keys; cached files that safe_open refuses
+    # are written again (find_corrupt_hidden_state_indices); generate_hidden_states_async returns (handle, params).
     Client("0.9.0", "speculators-0.9.0 wheel: speculators/cli/generate_offline_data.py", CLI),
 )
 
