@@ -74,10 +74,17 @@ def typed(server_lab: ServerLabPaths, tmp_path_factory: pytest.TempPathFactory) 
     job.mkdir()
     env = {**os.environ, "MEDIC_HOME": str(base / "home"), "PYTHONPATH": str(REPO)}
     typed_env = [arg for key, value in SERVER_RUN_ENV.items() for arg in ("--env", f"{key}={value}")]
-    ran = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--python", str(lab.python), "--workdir", ".",
-                          "--session", SESSION, "--traces", "traces", *typed_env,
-                          "--server", shlex.join(server_words(lab)), "--", *client_words(lab)],
-                         cwd=job, env=env, capture_output=True, text=True, timeout=1500, stdin=subprocess.DEVNULL)
+    argv = [sys.executable, "-m", "agent.cli", "run", "--python", str(lab.python), "--workdir", ".", "--session",
+            SESSION, "--traces", "traces", *typed_env, "--server", shlex.join(server_words(lab)), "--",
+            *client_words(lab)]
+    medic = subprocess.Popen(argv, cwd=job, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL)
+    try:  # two server loads; on a crowded 2-core host a load alone has taken 9 minutes
+        stdout, stderr = medic.communicate(timeout=2400)
+    except subprocess.TimeoutExpired:
+        medic.terminate()  # medic stopped ends its server and client (a SIGKILL would leave them running)
+        stdout, stderr = medic.communicate(timeout=120)
+    ran = subprocess.CompletedProcess(argv, medic.returncode, stdout, stderr)
     trace = [json.loads(line) for line in (job / "traces" / f"{SESSION}.jsonl").read_text().splitlines()[1:]]
     return {"lab": lab, "job": job, "ran": ran, "trace": trace, "base": base}
 
