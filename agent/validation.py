@@ -2,11 +2,12 @@
 
 The validator is the user's ``--validate`` command or, without one, medic's own check (tools/validate_output.py:
 layer counts and shapes of every saved sequence, values of a sample against an fp32 HF forward pass, run by the
-target python on the output and model folder the job's command line names). Any failure of either, a plain
-non-zero exit too, is a Fault (stage ``validate``) whose evidence is the validator's own output, the lines that
-say what failed first; it names the fixable files the driver reaches, since a clean run has no traceback to
-point at. Only an output the validator cannot read at all (its report says ``readable: false``, or it exits 2
-without a report, as argparse and the lab's check do) or one nothing can check leaves the job "unverified".
+target python on the output and model folder the job's command line names; for a speculators ≥ 0.5 client, its
+folder of safetensors records, with the layer ids from the server's command: tools/hs_job.py). Any failure of
+either, a plain non-zero exit too, is a Fault (stage ``validate``) whose evidence is the validator's own output,
+the lines that say what failed first; it names the fixable files the driver reaches, since a clean run has no
+traceback to point at. Only an output the validator cannot read at all (its report says ``readable: false``, or it
+exits 2 without a report, as argparse and the lab's check do) or one nothing can check leaves the job "unverified".
 
 A sharded session (a Slurm job array, or detached shard runs) checks every shard a launch ran on its own (the
 command's and the validator's ``{shard}`` is its index, ``MEDIC_SHARD`` too); a verified shard is never run again.
@@ -58,7 +59,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
         model = None if canary else job_model_folder(target, deps.host)  # the canary's is in its command or env
         own = builtin_check(deps.host, target.python, run_command or target.command, target.workdir,
                             output=None if canary else target.output, model_dir=model.path if model else None,
-                            env=env)
+                            env=env, server_command=target.server_command)
         if isinstance(own, str):
             detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
             deps.record("validate", "validate", {"summary": detail, "verified": False})

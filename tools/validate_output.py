@@ -1,6 +1,8 @@
 """medic's built-in validator, and how any validator's verdict is read.
 
-When no ``--validate`` is given, medic checks the output itself: tools/output_check.py (shipped with medic,
+When no ``--validate`` is given, medic checks the output itself: a speculators ≥ 0.5 client's folder of
+safetensors records with tools/hs_output_check.py (tools/hs_job.py finds what it needs in the client's and the
+server's commands), anything else with tools/output_check.py (shipped with medic,
 run by the TARGET python, its text sent on stdin) needs the output file and the model folder. They come from
 the target's config (``output``, ``model_dir``) or from the job's own command line: the value of an option
 named for an output (``--out``, ``--output``, ``--save-path``, ``-o``…) that now exists, else an argument
@@ -65,8 +67,16 @@ def locate(host: Host, command: Sequence[str], workdir: str, *, output: str | No
 
 
 def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str, *, output: str | None = None,
-                  model_dir: str | None = None, env: Mapping[str, str] | None = None) -> BuiltinCheck | str:
-    """The command of medic's own check for this job, or why there is none (what medic could not find)."""
+                  model_dir: str | None = None, env: Mapping[str, str] | None = None,
+                  server_command: Sequence[str] | None = None) -> BuiltinCheck | str:
+    """The command of medic's own check for this job, or why there is none (what medic could not find). A
+    speculators ≥ 0.5 client's folder of safetensors records has a check of its own (tools/hs_job.py)."""
+    from tools.hs_job import hs_builtin_check  # it builds on this module's helpers
+
+    served = hs_builtin_check(host, python, command, workdir, server_command=server_command, output=output,
+                              model_dir=model_dir)
+    if served is not None:
+        return served
     found_output, found_model = locate(host, command, workdir, output=output, model_dir=model_dir, env=env)
     missing = [what for what, value in (("the output file (--output PATH)", found_output),
                                         ("the model folder with a config.json (--model-dir DIR)", found_model))
