@@ -26,7 +26,8 @@ from agent.session import run_session
 from lab.build import LabBuilder, LabPaths
 from tools.envprobe import pristine_import
 from tools.host import LocalHost
-from tools.patches import apply_patch, make_patch, revert_patch
+from tools.patches import apply_patch, make_patch
+from tools.reverts import revert_patch
 
 BROKEN = "pydantic"  # the dependency that is put outside speculators' declared range
 DECLARED = ("import json, sys; from importlib import metadata; from packaging.requirements import Requirement; "
