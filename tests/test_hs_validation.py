@@ -51,9 +51,8 @@ def server_words(lab: ServerLabPaths) -> list[str]:
 
 
 def client_words(lab: ServerLabPaths) -> list[str]:
-    # the client by its path in the target env: a bare `speculators` is item 1 of the issue (the target env's
-    # console scripts), not this check's
-    return [str(lab.speculators_cli), "generate-offline-data", "--endpoint", "http://127.0.0.1:{port}/v1",
+    # as the README types it: a bare `speculators`, the target env's console script (never the host PATH's)
+    return ["speculators", "generate-offline-data", "--endpoint", "http://127.0.0.1:{port}/v1",
             "--preprocessed-data", str(lab.dataset), "--output", "hs", "--concurrency", "2"]
 
 

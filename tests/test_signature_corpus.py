@@ -17,24 +17,12 @@ from typing import Any
 
 import pytest
 
-from lab.build import LabBuilder, LabPaths, Variant
+from lab.build import LabPaths
 from lab.server_lab import ServerLabPaths
-from tools.errors import LabError
 from tools.source_probe import PROBE_TEXT
 
 SCRIPT = Path(__file__).parent / "lab_scripts" / "signature_corpus.py"
 IMPORT_SECONDS = 50  # per lab after its first imports (torch), the three labs at once
-VARIANT = Variant("0.18.1", "0.3.0")
-
-
-@pytest.fixture(scope="module")
-def lab_0181(lab: LabPaths) -> LabPaths:
-    paths = LabPaths(VARIANT.default_root())
-    try:
-        LabBuilder(paths, variant=VARIANT).build(("tiny",))
-    except LabError as err:
-        pytest.fail(f"the 0.18.1 lab did not build: {err}", pytrace=False)
-    return paths
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from dataclasses import asdict
 from importlib import resources
 
 from tools import hs_layouts
+from tools.check_command import BuiltinCheck
 from tools.errors import MedicError
 from tools.host import Host, read_text
-from tools.model_folder import MODEL_OPTION, option_values
-from tools.validate_output import BuiltinCheck, on_host
+from tools.model_folder import MODEL_OPTION, on_host, option_values
 
 SCRIPT = "hs_output_check.py"
 

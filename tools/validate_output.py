@@ -19,11 +19,12 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from tools.check_command import BuiltinCheck
 from tools.host import Host
+from tools.hs_job import hs_builtin_check
 from tools.model_folder import model_folders, on_host, option_values
 
 SCRIPT = "output_check.py"
@@ -37,17 +38,6 @@ FAILING_LINE = re.compile(
 PASSING_LINE = re.compile(r"(?i)^(?:ok|pass(?:ed)?|good|[✓✔])\b|\b(?:ok|passed|[✓✔])\.?$")
 CONTEXT_LINE = re.compile(r'^(?:Traceback \(most recent call last\):|File ".*", line \d+)')
 MAX_EVIDENCE = 40
-
-
-@dataclass(frozen=True)
-class BuiltinCheck:
-    argv: list[str]
-    stdin: str
-    output: str
-    model: str
-
-    def describe(self) -> str:
-        return f"medic's own check of {self.output} against {self.model}"
 
 
 def locate(host: Host, command: Sequence[str], workdir: str, *, output: str | None = None,
@@ -71,8 +61,6 @@ def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str,
                   server_command: Sequence[str] | None = None) -> BuiltinCheck | str:
     """The command of medic's own check for this job, or why there is none (what medic could not find). A
     speculators ≥ 0.5 client's folder of safetensors records has a check of its own (tools/hs_job.py)."""
-    from tools.hs_job import hs_builtin_check  # it builds on this module's helpers
-
     served = hs_builtin_check(host, python, command, workdir, server_command=server_command, output=output,
                               model_dir=model_dir)
     if served is not None:
