@@ -16,12 +16,10 @@ import re
 import shlex
 
 from agent.repair.context import read_source
-from agent.repair.derived_env_branch import other_branch_remedy
+from agent.repair.derived_env_branch import library_env_modules, other_branch_remedy
 from agent.repair.env_checks import EnvCheck, EnvChoice, bind_message, env_checks, env_choices
 from agent.repair.types import Candidate, Check, Fault, RepairContext
-from tools import source as src_tools
 from tools.diffs import EnvEdit, env_patch
-from tools.errors import MedicError
 
 LIBRARY = re.compile(r"^lib[\w+-]*$")
 NOT_THE_LIBRARY = re.compile(r"stub|_db\b|_db\.|debug|\.dbg|\.a$")  # look-alikes that are not the runtime
@@ -130,13 +128,8 @@ def choices_asked(ctx: RepairContext, message: str) -> list[tuple[EnvChoice, str
     if not asked:
         return []
     out: list[tuple[EnvChoice, str]] = []
-    for package in ctx.library_packages:
-        try:
-            path = src_tools.module_path(ctx.host, ctx.python, f"{package}.envs")
-        except MedicError:
-            continue
-        src = read_source(ctx, path)
-        for choice in env_choices(src) if src else []:
+    for package, src in library_env_modules(ctx):
+        for choice in env_choices(src):
             tokens = {t.lower() for t in choice.var.split("_")} - {package.lower()}
             wanted = [c for c in choice.choices if c in asked and c != choice.default]
             if wanted and tokens & words:

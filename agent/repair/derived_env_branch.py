@@ -14,6 +14,7 @@ import ast
 from dataclasses import dataclass
 
 from agent.repair.context import read_source
+from agent.repair.edits import Source
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools import source as src_tools
 from tools.diffs import EnvEdit, env_patch
@@ -121,12 +122,19 @@ def holds(body: list[ast.stmt], line: int) -> bool:
 
 def read_by_library(ctx: RepairContext, var: str) -> bool:
     """VAR is a variable a library's env module declares (vLLM's ``vllm/envs.py``), not any upper-case name."""
+    return any(isinstance(n, ast.Constant) and n.value == var
+               for _, src in library_env_modules(ctx) for n in ast.walk(src.tree))
+
+
+def library_env_modules(ctx: RepairContext) -> list[tuple[str, Source]]:
+    """(package, source) of each library's ``<package>.envs`` module in the target env: what it reads, and how."""
+    found: list[tuple[str, Source]] = []
     for package in ctx.library_packages:
         try:
             path = src_tools.module_path(ctx.host, ctx.python, f"{package}.envs")
         except MedicError:
             continue
         src = read_source(ctx, path)
-        if src and any(isinstance(n, ast.Constant) and n.value == var for n in ast.walk(src.tree)):
-            return True
-    return False
+        if src is not None:
+            found.append((package, src))
+    return found
