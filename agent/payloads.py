@@ -239,6 +239,7 @@ class ChecksQueuedData(TypedDict, total=False):
 
 class StoppedData(TypedDict, total=False):
     signal: str
+    pid: int  # the medic process that was stopped
 
 
 class NotifyData(TypedDict, total=False):

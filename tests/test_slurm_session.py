@@ -102,7 +102,8 @@ def test_one_repair_for_all_shards_and_a_verified_shard_never_runs_again(make_fa
     assert [e["shard"] for e in fake.events("shard") if e["verified"]] == [0, 1, 2, 3]
     last = Path(values["launches"][-1]["run_dir"])
     for shard in (1, 2, 3):  # each shard's command got its own index; its log is its own
-        assert (last / f"command.{shard}.sh").read_text().rstrip().endswith(f"driver.py --shard {shard}")
+        ran = (last / f"command.{shard}.sh").read_text().splitlines()[0]  # then the exit-127 note (env_scripts)
+        assert ran.rstrip().endswith(f"driver.py --shard {shard}"), ran
         assert (last / f"exit.{shard}").read_text() == "0\n"
     assert all(len(jobs_named(job_name(fake, n))) == 1 for n in (1, 2, 3))
     assert replay(fake.trace_path).first_divergence is None  # today's routers re-decide the shard passes

@@ -84,6 +84,7 @@ class Signature:
     open_keywords: bool = False  # takes any keyword though no **kwargs shows (a pydantic model ignoring extras)
     layers: tuple[str, ...] = ()  # what the call goes through, innermost first: the evidence
     unknown: str | None = None  # why it is not exact
+    required_exact: bool = False  # not exact, yet which parameters a call must fill is known (a package's dataclass)
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -101,7 +102,7 @@ class Signature:
     def missing_required(self, given: set[str], positional: int) -> list[str] | None:
         """Parameters a call passing ``positional`` arguments and the keywords ``given`` leaves without a
         value; None when that cannot be proven (not exact, or a ``*args`` that takes any count)."""
-        if not self.exact or any(p.kind == "var_positional" for p in self.params):
+        if not (self.exact or self.required_exact) or any(p.kind == "var_positional" for p in self.params):
             return None
         filled = {p.name for p in self.params if p.kind in ("positional_only", "positional_or_keyword")}
         filled = {n for i, n in enumerate(p.name for p in self.params if p.name in filled) if i < positional}
@@ -159,6 +160,7 @@ def _signature(raw: dict[str, Any]) -> Signature:
         open_keywords=bool(raw.get("open_keywords", False)),
         layers=tuple(raw.get("layers", ())),
         unknown=raw.get("unknown"),
+        required_exact=bool(raw.get("required_exact", False)),
     )
 
 

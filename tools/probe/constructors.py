@@ -20,6 +20,7 @@ from tools.probe.signatures import (
     function_signature,
     original_name,
     record_params,
+    wraps_dataclass,
 )
 
 NO_OP_BASES = ("object", "type", "Generic", "Protocol")  # add no __new__/__init__/__call__ that binds
@@ -82,7 +83,11 @@ def generated_init(klass: Any) -> str | None:
         return None
     source = imported_from(klass, names[0]) if len(names) == 1 else names[0]
     if "dataclass" not in (names[-1], original_name(klass, names)) or source not in ("dataclasses", "pydantic"):
-        raise Unknown("@{} makes the dataclass in its own way".format(".".join(names)))
+        said = "@{} makes the dataclass in its own way".format(".".join(names))
+        plain = not isinstance(deco, ast.Call) or all(k.arg == "config" for k in deco.keywords)
+        if plain and wraps_dataclass(klass, names):  # its config (extra=?) is the package's; its fields are not
+            raise FieldsOnly(said + ": which keywords it takes is unknown, which fields it requires is not")
+        raise Unknown(said)
     return "pydantic dataclass" if source == "pydantic" else "dataclass"
 
 
@@ -184,9 +189,14 @@ def constructor_record(found: Found) -> dict[str, Any]:
     try:
         sig = constructor(found, sig)
     except Unknown as exc:
-        sig.update(exact=False, unknown=str(exc))
+        sig.update(exact=False, unknown=str(exc), required_exact=isinstance(exc, FieldsOnly))
         sig["layers"].append(str(exc))
     return sig
+
+
+class FieldsOnly(Unknown):
+    """A package's own dataclass decorator (vLLM's ``@config``): the fields, and so the required ones, are the
+    class's annotations; whether an unknown keyword is refused is the decorator's config, not read here."""
 
 
 def constructor(found: Found, sig: dict[str, Any]) -> dict[str, Any]:
