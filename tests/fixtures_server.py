@@ -27,9 +27,8 @@ def server_lab() -> ServerLabPaths:
     return builder.server
 
 
-@pytest.fixture
-def private_server_lab(server_lab: ServerLabPaths, tmp_path: Path) -> ServerLabPaths:
-    root = tmp_path / "server-lab"
+def private_copy(server_lab: ServerLabPaths, root: Path) -> ServerLabPaths:
+    """A pristine copy of the server lab at ``root``: its venv cloned, the rest hard-linked."""
     root.mkdir()
     for part in server_lab.root.iterdir():
         if part.name == "venv":
@@ -38,3 +37,8 @@ def private_server_lab(server_lab: ServerLabPaths, tmp_path: Path) -> ServerLabP
             subprocess.run(["cp", "-al", str(part), str(root / part.name)], check=True, timeout=300)
     ServerLabBuilder(LabPaths(root)).reset()
     return ServerLabPaths(root)
+
+
+@pytest.fixture
+def private_server_lab(server_lab: ServerLabPaths, tmp_path: Path) -> ServerLabPaths:
+    return private_copy(server_lab, tmp_path / "server-lab")

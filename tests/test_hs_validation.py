@@ -25,9 +25,8 @@ from agent.deps import Deps
 from agent.nodes.validate import validate
 from agent.record.trace import TraceWriter
 from agent.repair.engine import RepairEngine
-from lab.build import LabPaths, clone_venv
-from lab.server_lab import SERVER_RUN_ENV, ServerLabBuilder, ServerLabPaths
-from tests.fixtures_server import server_lab  # noqa: F401  (the session-scoped shared lab)
+from lab.server_lab import SERVER_RUN_ENV, ServerLabPaths
+from tests.fixtures_server import private_copy, server_lab  # noqa: F401  (server_lab: the session-scoped shared lab)
 from tools import hs_layouts
 from tools.host import LocalHost
 from tools.redact import Redactor
@@ -60,15 +59,7 @@ def client_words(lab: ServerLabPaths) -> list[str]:
 def typed(server_lab: ServerLabPaths, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # noqa: F811
     """A private copy of the server lab, and one `medic run` typed as the README shows it, no --validate."""
     base = tmp_path_factory.mktemp("hs")
-    root = base / "lab"
-    root.mkdir()
-    for part in server_lab.root.iterdir():
-        if part.name == "venv":
-            clone_venv(part, root / "venv")
-        else:
-            subprocess.run(["cp", "-al", str(part), str(root / part.name)], check=True, timeout=300)
-    ServerLabBuilder(LabPaths(root)).reset()
-    lab = ServerLabPaths(root)
+    lab = private_copy(server_lab, base / "lab")
     job = base / "job"
     job.mkdir()
     env = {**os.environ, "MEDIC_HOME": str(base / "home"), "PYTHONPATH": str(REPO)}

@@ -60,12 +60,11 @@ def branch_around(tree: ast.AST, line: int, path: str) -> Branch | None:
         if not isinstance(node, ast.If):
             continue
         chain = branches(node)
-        taken = next((c for c, body in chain if c and holds(body, line)), None)
+        taken = next((c for c, body, _ in chain if c and holds(body, line)), None)
         if taken is None:
             continue
         var = env_names.get(taken[0]) or (taken[0] if taken[0].isupper() else None)
-        others = [(c, test_line) for (c, _), test_line in zip(chain, lines_of(node), strict=True)
-                  if c and c[0] == taken[0] and c[1] != taken[1]]
+        others = [(c, at) for c, _, at in chain if c and c[0] == taken[0] and c[1] != taken[1]]
         if var and others:  # ast.walk goes outside-in: a later match is an inner chain
             found = Branch(var, taken[1], others[0][0][1], path, others[0][1])
     return found
@@ -97,23 +96,16 @@ def compared(test: ast.expr) -> tuple[str, str] | None:
     return (name, value.value) if name else None
 
 
-def branches(node: ast.If) -> list[tuple[tuple[str, str] | None, list[ast.stmt]]]:
-    out: list[tuple[tuple[str, str] | None, list[ast.stmt]]] = [(compared(node.test), node.body)]
+def branches(node: ast.If) -> list[tuple[tuple[str, str] | None, list[ast.stmt], int]]:
+    """(what the test compares, the body, the line of the test or of ``else``) for each branch of the chain."""
+    out: list[tuple[tuple[str, str] | None, list[ast.stmt], int]] = [(compared(node.test), node.body, node.lineno)]
     rest = node.orelse
     while len(rest) == 1 and isinstance(rest[0], ast.If):
-        out.append((compared(rest[0].test), rest[0].body))
+        out.append((compared(rest[0].test), rest[0].body, rest[0].lineno))
         rest = rest[0].orelse
     if rest:
-        out.append((None, rest))
+        out.append((None, rest, rest[0].lineno))
     return out
-
-
-def lines_of(node: ast.If) -> list[int]:
-    out, rest = [node.lineno], node.orelse
-    while len(rest) == 1 and isinstance(rest[0], ast.If):
-        out.append(rest[0].lineno)
-        rest = rest[0].orelse
-    return [*out, *([rest[0].lineno] if rest else [])]
 
 
 def holds(body: list[ast.stmt], line: int) -> bool:
