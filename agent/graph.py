@@ -59,8 +59,9 @@ def after_scan(state: SessionState) -> Literal["repair", "launch"]:
 
 
 def after_watch(state: SessionState) -> Literal["validate", "revert", "diagnose", "resubmit"]:
-    outcome = str((state.get("run") or {}).get("outcome") or "")
-    if transient(state.get("run") or {}):
+    run = state.get("run")
+    outcome = str(run.get("outcome") or "") if run else ""
+    if run is not None and transient(run):
         return "resubmit"  # the scheduler's fault, not the job's: the same job again, no patch
     if outcome.startswith("stopped:check failed"):
         return "revert"

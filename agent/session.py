@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import stat
@@ -34,6 +35,7 @@ from agent.record.people import Shortener
 from agent.record.trace import TraceWriter
 from agent.record.view import View
 from agent.repair.engine import RepairEngine
+from agent.state import launch_record
 from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host, LocalHost
 from tools.redact import Redactor
@@ -194,6 +196,7 @@ def _drive(config: SessionConfig, deps: Deps, resume: Any, step: dict[str, Any])
             return str(snapshot.values.get("outcome") or "internal_error"), dict(snapshot.values)
         else:
             stream_input = {"session_id": config.session_id}
+        upgrade_records(graph, thread, snapshot)
         (session_dir(config.session_id) / FAILED).unlink(missing_ok=True)  # this run is the one status tells of
         step["node"] = ", ".join(snapshot.next) or "preflight"
         try:
@@ -210,6 +213,24 @@ def _drive(config: SessionConfig, deps: Deps, resume: Any, step: dict[str, Any])
         if snapshot.next:
             return ("host_change" if waiting_for(snapshot) == "host_change" else "waiting"), dict(snapshot.values)
         return str(snapshot.values.get("outcome") or "internal_error"), dict(snapshot.values)
+
+
+def upgrade_records(graph: Any, thread: dict[str, Any], snapshot: Any) -> None:
+    """A session checkpointed by a medic whose launch records did not yet name their launcher (a person may answer
+    an approval days later, after an upgrade): its records get one (agent/state.py launch_record). The update is
+    written as the node that wrote last, so the step the session waits at stays the next one."""
+    values = snapshot.values or {}
+    records = [*(values.get("launches") or []), *([values["run"]] if values.get("run") else [])]
+    if all("launcher" in record for record in records):
+        return
+    # the checkpoint before this step's lists the node(s) that wrote it (medic makes no other update_state)
+    history = list(itertools.islice(graph.get_state_history(thread), 2))
+    looped = len(history) > 1 and (snapshot.metadata or {}).get("source") == "loop"
+    wrote: tuple[str, ...] = history[1].next if looped else ()
+    update: dict[str, Any] = {"launches": [launch_record(r) for r in values.get("launches") or []]}
+    if values.get("run"):
+        update["run"] = launch_record(values["run"])
+    graph.update_state(thread, update, as_node=wrote[0] if len(wrote) == 1 else None)
 
 
 FAILED = "failed.json"  # the last run of the session ended in medic's own failure: what, where (status reads it)

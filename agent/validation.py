@@ -30,7 +30,7 @@ from agent.job import canary_commands, canary_env, driver_path, in_target_env, j
 from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef, OutputFacts
 from agent.shards import total
-from agent.state import LaunchRecord, SessionState, ValidationReport
+from agent.state import DetachedLaunch, LaunchRecord, SessionState, ValidationReport
 from tools import env_scripts
 from tools.errors import MedicError, RunError
 from tools.host import CommandResult, Host
@@ -44,8 +44,8 @@ CANNOT_READ = 2  # the exit code of a validator that could not read the output (
 
 def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     """One output (a plain job's, the canary's, or one shard's) judged: the state update that says so."""
-    target = deps.config.target
-    canary = (state.get("run") or {}).get("kind") == "canary"
+    target, run = deps.config.target, state.get("run")
+    launch, canary = (run["n"], run["kind"] == "canary") if run else (None, False)
     run_command, given = canary_commands(state, deps.config) if canary else (target.command, target.validate_command)
     stdin, described = None, ""
     resolved: dict[str, Any] = {}
@@ -65,7 +65,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
             deps.record("validate", "validate", {"summary": detail, "verified": False})
             return {"outcome": "unverified", "outcome_detail": detail}
         command, stdin, described, output = own.argv, own.stdin, own.describe(), own.output
-    older = stale_output(deps.host, output, (state.get("run") or {}).get("run_dir"))
+    older = stale_output(deps.host, output, run.get("run_dir") if run else None)
     if older:  # a run that exits 0 without writing leaves the last run's file (the canary's, say): not this one's
         result, report = CommandResult(1, "", older, 0.0), ValidationReport(verified=False, problems=[older])
     else:
@@ -79,7 +79,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                 result.stderr[-4000:]), partial(where_looked, deps.host, target))
             deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary,
                                               "evidence": [missing.line]})
-            return {"validation": report, **record_fault(state, fault, launch=(state.get("run") or {}).get("n"))}
+            return {"validation": report, **record_fault(state, fault, launch=launch)}
     verified = result.exit_code == 0 and report.get("verified", True) is True
     evidence = evidence_lines(report, result.stdout, result.stderr) or [f"the validator exited {result.exit_code}"]
     summary = ((f"verified by {described}: {report['sequences']} sequences, per-layer max abs error "
@@ -90,7 +90,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                                          "exit_code": result.exit_code, "builtin": not given,
                                          **resolved})
     if verified and canary:  # the cheap run is right: now the target model, once
-        deps.record("canary_passed", "validate", {"launch": (state.get("run") or {}).get("n")})
+        deps.record("canary_passed", "validate", {"launch": launch})
         return {"validation": report, "canary_done": True, "fault": None}
     if verified:
         return {"validation": report, "outcome": "verified", "outcome_detail": summary}
@@ -108,7 +108,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10],
                                       "facts": asdict(facts) if facts else None})
     suspect = model_patch_newest(list(state.get("patches") or []))
-    update = record_fault(state, fault, launch=(state.get("run") or {}).get("n"), repeated=suspect)
+    update = record_fault(state, fault, launch=launch, repeated=suspect)
     if suspect:  # the model's patch goes (revert); the fault it answered is the one to repair again
         update["fault"] = answered_fault(state)
     return {"validation": report, **update}
@@ -186,16 +186,19 @@ def config_for_shard(config: SessionConfig, shard: int) -> SessionConfig:
 
 
 def validate_shards(state: SessionState, deps: Deps) -> dict[str, Any]:
-    record: LaunchRecord = dict(state.get("run") or {})  # type: ignore[assignment]
+    record = state.get("run")
+    if record is None or record["launcher"] == "detached":
+        return validate_output(state, deps)
     count = total(deps.config)
     verified = list(state.get("verified_shards") or [])
     last: dict[str, Any] = {}
-    for shard in record.get("shards") or []:
+    for shard in record["shards"] or []:
         if shard in verified:
             continue
         # a shard run's own folder: its output must be newer than its start (validate.stale_output)
-        folder = (record.get("shard_runs") or {}).get(str(shard)) or record.get("run_dir", "")
-        one_state: SessionState = {**state, "run": {**record, "shards": [], "run_dir": folder}}
+        folder = (record["shard_runs"][str(shard)] if record["launcher"] == "shard_runs"
+                  else record.get("run_dir", ""))
+        one_state: SessionState = {**state, "run": one_shard(record, folder)}
         last = validate_output(one_state, replace(deps, config=config_for_shard(deps.config, shard)))
         ok = last.get("outcome") == "verified"
         deps.record("shard", "validate", {"shard": shard, "verified": ok, "launch": record.get("n"),
@@ -213,11 +216,19 @@ def validate_shards(state: SessionState, deps: Deps) -> dict[str, Any]:
     return {"validation": last.get("validation"), "verified_shards": verified, "fault": None}  # the rest next
 
 
+def one_shard(record: LaunchRecord, folder: str) -> DetachedLaunch:
+    """One shard of a launch as validate_output reads a launch of one process: its run folder (whose output
+    must be newer than its start) and the launch's number and kind."""
+    fields = {k: v for k, v in record.items() if k in ("n", "kind", "run_id", "started", "ended", "exit_code")}
+    return cast(DetachedLaunch, {**fields, "launcher": "detached", "run_dir": folder})
+
+
 def finished_unverified(state: SessionState) -> list[int]:
     """Shards that ran to exit 0 in an earlier launch (one where another shard crashed) but were never validated."""
     verified = set(state.get("verified_shards") or [])
-    done = {int(k) for launch in state.get("launches") or [] if launch.get("kind", "target") == "target"
-            for k, s in (launch.get("shard_states") or {}).items() if s == "COMPLETED"}
+    done = {int(k) for launch in state.get("launches") or [] if launch["kind"] == "target"
+            and launch["launcher"] != "detached" for k, s in (launch.get("shard_states") or {}).items()
+            if s == "COMPLETED"}
     return sorted(done - verified)
 
 
@@ -228,7 +239,7 @@ def verify_finished(state: SessionState, deps: Deps, shards: list[int]) -> list[
     for shard in shards:
         quiet = replace(deps, config=config_for_shard(deps.config, shard))
         setattr(quiet, "record", lambda *args, **kwargs: None)  # noqa: B010  the verdict is the shard event below
-        one_state: SessionState = {**state, "run": {"kind": "target", "shards": []}}
+        one_state: SessionState = {**state, "run": {"n": 0, "kind": "target", "launcher": "detached"}}
         verified = validate_output(one_state, quiet).get("outcome") == "verified"
         deps.record("shard", "launch", {"shard": shard, "verified": verified, "before_launch": True,
                                         "of": total(deps.config)})

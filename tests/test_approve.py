@@ -162,6 +162,28 @@ def test_stale_inside_the_graph_keeps_the_patch_pending_and_a_later_answer_count
     assert [a["by"] for a in fake.events("approval_answer")] == ["t2"]
 
 
+def test_an_approval_waiting_in_an_older_checkpoint_is_answered_after_an_upgrade(
+        fake: Fake, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Launch records checkpointed by a medic whose records did not name their launcher: the resumed session
+    gives them one, and the answer goes through as it would have."""
+    from agent.launchers.detached import DetachedLauncher
+
+    start = DetachedLauncher.start
+
+    def older_start(self: DetachedLauncher, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        update = start(self, *args, **kwargs)
+        old = [{k: v for k, v in r.items() if k != "launcher"} for r in update["launches"]]
+        return {**update, "launches": old, "run": old[-1]}
+
+    monkeypatch.setattr(DetachedLauncher, "start", older_start)
+    pid = wait_for_approval(fake)["patch"]["id"]
+    monkeypatch.setattr(DetachedLauncher, "start", start)
+    outcome, values = run_session(fake.config, resume={"action": "approve", "by": "t"})
+    assert outcome == "verified", values.get("outcome_detail")
+    assert [a["patch_id"] for a in fake.events("approval_answer")] == [pid]
+    assert [r["launcher"] for r in values["launches"]] == ["detached", "detached"]
+
+
 # (f) -----------------------------------------------------------------------------------------------------
 def test_unknown_session_or_patch_exits_2_with_one_line(fake: Fake) -> None:
     nobody = cli("approve", "nosuch", "--yes")

@@ -147,7 +147,7 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     ready = next(e for e in server_events if e["event"] == "ready")
     clients = [launch for launch in values["launches"] if launch["kind"] == "target"]
     assert len(values["servers"]) == 1 and len(clients) == 2  # server_loads == 1, client_runs == 2
-    assert all(c["server"] == 1 for c in clients)
+    assert all(c["launcher"] == "detached" and c["client_of"]["server"] == 1 for c in clients)
     first, second = values["faults"][:2]
     assert first["side"] == "client" and "fs" in first["message"]
     assert values["patches"][0]["patch"]["files"][0]["path"].endswith(GENERATE)

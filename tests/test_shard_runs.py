@@ -42,7 +42,7 @@ def test_one_repair_for_all_shard_runs_and_a_verified_shard_never_runs_again(mak
     ran = [(launch["outcome"], launch["shards"]) for launch in values["launches"]]
     assert ran == [("crashed", [0]), ("exited", [0]), ("exited", [1, 2])]
     assert values["verified_shards"] == [0, 1, 2]
-    assert not any(launch.get("job_id") for launch in values["launches"])  # no Slurm: detached runs
+    assert all(launch["launcher"] == "shard_runs" for launch in values["launches"])  # no Slurm: detached runs
     last = shard_runs(fake, 3)
     assert sorted(last) == [1, 2]
     for shard, (folder,) in last.items():  # each shard's command got its own index, and its log is its own

@@ -262,7 +262,7 @@ def test_a_whole_session_on_a_login_node_over_ssh(sshd, make_fake: MakeFake, mon
     header = json.loads(fake.trace_path.read_text().splitlines()[0])
     assert header["host"] != "local"
     assert [launch["outcome"] for launch in values["launches"]] == ["crashed", "exited"]
-    assert all(launch.get("job_id") for launch in values["launches"])
+    assert all(launch["launcher"] == "slurm" and launch["job_id"] for launch in values["launches"])
     assert all(len(jobs_named(job_name(fake, n))) == 1 for n in (1, 2))
     assert len(values["patches"]) == 1
     assert replay(fake.trace_path).first_divergence is None

@@ -20,7 +20,7 @@ from agent.config import SessionConfig
 from agent.events import EventKind
 from agent.remedies import env_edits, job_env
 from agent.repair.types import Fault
-from agent.state import LaunchRecord, SessionState
+from agent.state import LaunchBase, LaunchRecord, SessionState
 from tools import runs
 from tools.errors import HostError, RunError
 from tools.host import Host
@@ -60,7 +60,8 @@ class LaunchPlan:
     def ledger(self, config: SessionConfig) -> str:
         return f"{config.host_dir}/launches/L{self.n}.json"
 
-    def record(self) -> LaunchRecord:
+    def fields(self) -> LaunchBase:
+        """What every launch's record starts with; the launcher adds its own (agent/state.py LaunchRecord)."""
         return {"n": self.n, "kind": self.kind, "started": self.started, "exit_code": None, "phases": {},
                 "checks_during_load": []}
 
@@ -126,9 +127,8 @@ def write_ledger(host: Host, ledger: str, line: dict[str, Any]) -> None:
 
 def run_folders(launch: LaunchRecord) -> list[str]:
     """The run folders of a launch: each shard's, else its one run's."""
-    shard_runs = launch.get("shard_runs")
-    if shard_runs:
-        return list(shard_runs.values())
+    if launch["launcher"] == "shard_runs":
+        return list(launch["shard_runs"].values())
     return [launch["run_dir"]] if launch.get("run_dir") else []
 
 

@@ -18,7 +18,7 @@ from agent.launchers.base import (
 )
 from agent.remedies import with_unset
 from agent.repair.types import Fault
-from agent.state import LaunchRecord, SessionState
+from agent.state import DetachedLaunch, LaunchRecord, SessionState
 from tools import runs
 
 
@@ -50,7 +50,8 @@ class DetachedLauncher:
     def start(self, state: SessionState, plan: LaunchPlan, env_base: dict[str, str] | None = None
               ) -> dict[str, Any]:
         deps, cfg = self.deps, self.deps.config
-        base, ledger, record = plan.base(cfg), plan.ledger(cfg), plan.record()
+        base, ledger = plan.base(cfg), plan.ledger(cfg)
+        record: DetachedLaunch = {**plan.fields(), "launcher": "detached"}
         earlier = launched_before(deps.host, base, ledger)
         if earlier:  # launched before medic died: reattach, never launch twice
             record["run_dir"] = earlier
@@ -80,6 +81,6 @@ class DetachedLauncher:
     def end(self, state: SessionState, spare: Collection[str] = ()) -> None:
         """No process of the session's runs may outlive it (one stopped by a failed check, one whose wrapper was
         killed from outside). Each run's wrapper reaps its own on exit; this is for the rest."""
-        folders = [folder for launch in state.get("launches") or [] if not launch.get("job_id")
+        folders = [folder for launch in state.get("launches") or [] if launch["launcher"] != "slurm"
                    for folder in run_folders(launch) if folder not in spare]
         runs.stop_all(self.deps.host, [runs.Run.in_dir(folder) for folder in dict.fromkeys(folders)])

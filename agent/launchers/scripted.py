@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.launchers.base import Explained, LauncherDeps, LaunchPlan, RunHandle
 from agent.repair.types import Fault
-from agent.state import LaunchRecord, SessionState
+from agent.state import DetachedLaunch, LaunchRecord, SessionState
 from tools import runs
 
 
@@ -62,8 +62,7 @@ class ScriptedLauncher:
         for path, data in answer.writes.items():
             self.deps.host.write_bytes_atomic(path, data)
         self.exit_codes[folder] = answer.exit_code
-        record = plan.record()
-        record["run_id"], record["run_dir"] = run.id, folder
+        record: DetachedLaunch = {**plan.fields(), "launcher": "detached", "run_id": run.id, "run_dir": folder}
         self.deps.record("launch", "launch", {"n": plan.n, "kind": plan.kind, "run_dir": folder,
                                               "command": plan.command, **plan.trace_extra})
         return {"launches": [*(state.get("launches") or []), record], "run": record}

@@ -35,7 +35,7 @@ from agent.launchers.base import (
 from agent.launchers.detached import DetachedHandle
 from agent.remedies import with_unset
 from agent.repair.types import Fault
-from agent.state import LaunchRecord, ServerRecord, SessionState
+from agent.state import ClientOf, DetachedLaunch, LaunchRecord, ServerRecord, SessionState
 from tools import runs, server_job
 
 
@@ -56,16 +56,18 @@ class ServerLauncher:
         client = replace(plan, command=command)
         update = self.inner.start(state, client, {**WIDE_CONSOLE, **(env_base or {})})
         server = server_update["servers"][-1]
-        record: LaunchRecord = {**update["run"], "server": server["n"], "server_run_dir": server["run_dir"],
-                                "server_log_offset": server.get("log_offset", 0)}
+        record: LaunchRecord = update["run"].copy()
+        record["client_of"] = {"server": server["n"], "run_dir": server["run_dir"],
+                               "log_offset": server.get("log_offset", 0)}
         return {**update, **server_update, "launches": [*update["launches"][:-1], record], "run": record}
 
     def handle(self, record: LaunchRecord) -> RunHandle:
         if record.get("kind") == "server":
             return DetachedHandle(self.deps, record)
-        if record.get("job_id") or not record.get("server_run_dir"):
+        client_of = record.get("client_of")
+        if record["launcher"] != "detached" or client_of is None:
             return self.inner.handle(record)
-        return ClientHandle(self.deps, record)
+        return ClientHandle(self.deps, record, client_of)
 
     def log_of(self, record: LaunchRecord) -> str:
         return self.inner.log_of(record)
@@ -83,9 +85,9 @@ class ClientHandle(DetachedHandle):
     """The client of a two-process job. Its server ending ends it too: a client retrying a dead server waits out
     its own timeouts, and the server's traceback, which diagnose reads, is already written."""
 
-    def __init__(self, deps: LauncherDeps, record: LaunchRecord) -> None:
+    def __init__(self, deps: LauncherDeps, record: LaunchRecord, client_of: ClientOf) -> None:
         super().__init__(deps, record)
-        self.server = runs.Run.in_dir(record["server_run_dir"])
+        self.server = runs.Run.in_dir(client_of["run_dir"])
 
     def status(self) -> runs.RunStatus:
         status = super().status()
@@ -129,8 +131,9 @@ def ensure_server(state: SessionState, deps: LauncherDeps, n: int) -> tuple[dict
     servers.append(record)
     if record["outcome"] == "ready":
         return {"servers": servers}, None
-    crashed: LaunchRecord = {"n": n, "kind": "server", "run_dir": record["run_dir"],
-                             "started": record["started"], "exit_code": None, "phases": {}, "checks_during_load": []}
+    crashed: DetachedLaunch = {"n": n, "kind": "server", "launcher": "detached", "run_dir": record["run_dir"],
+                               "started": record["started"], "exit_code": None, "phases": {},
+                               "checks_during_load": []}
     return {"servers": servers}, crashed
 
 
@@ -201,12 +204,9 @@ def raised_in_http_client(fault: Fault) -> bool:
     return any(HTTP_CLIENT_FRAME.search(frame.file) for frame in fault.frames[-3:])
 
 
-def server_part(deps: LauncherDeps, state: SessionState, record: LaunchRecord) -> bytes:
+def server_part(deps: LauncherDeps, client_of: ClientOf) -> bytes:
     """What the server logged since this client started: the server's side of the client's failure."""
-    server = next((s for s in state.get("servers") or [] if s.get("n") == record.get("server")), None)
-    if server is None:
-        return b""
-    return read_from(deps.host, runs.Run.in_dir(server["run_dir"]).log, int(record.get("server_log_offset") or 0))
+    return read_from(deps.host, runs.Run.in_dir(client_of["run_dir"]).log, client_of["log_offset"])
 
 
 def sided(state: SessionState, deps: LauncherDeps, record: LaunchRecord, client_fault: Fault) -> Explained:
@@ -216,10 +216,11 @@ def sided(state: SessionState, deps: LauncherDeps, record: LaunchRecord, client_
     if record.get("kind") == "server":
         n = next((s["n"] for s in state.get("servers") or [] if s.get("run_dir") == record.get("run_dir")), None)
         return Explained(client_fault, "server", n)
-    if not record.get("server"):
+    client_of = record.get("client_of")
+    if client_of is None:
         return Explained(client_fault)
-    server_fault = fault_from_log(server_part(deps, state, record), stage=client_fault.stage)
+    server_fault = fault_from_log(server_part(deps, client_of), stage=client_fault.stage)
     if server_fault.exc_type != "NoTraceback" and (
             client_fault.exc_type == "NoTraceback" or raised_in_http_client(client_fault)):
-        return Explained(server_fault, "server", record["server"])
-    return Explained(client_fault, "client", record["server"])
+        return Explained(server_fault, "server", client_of["server"])
+    return Explained(client_fault, "client", client_of["server"])

@@ -28,7 +28,7 @@ from agent.launchers.detached import DetachedLauncher
 from agent.launchers.shard_logs import explaining_shard
 from agent.remedies import with_unset
 from agent.shards import total
-from agent.state import LaunchRecord, SessionState
+from agent.state import LaunchRecord, SessionState, ShardRunsLaunch
 from tools import runs
 from tools.host import Host
 from tools.slurm import with_shard
@@ -42,7 +42,7 @@ class ShardRunsLauncher(DetachedLauncher):
         if plan.kind != "target":
             return super().start(state, plan, env_base)
         deps, cfg, host = self.deps, self.deps.config, self.deps.host
-        n, base, ledger, record = plan.n, plan.base(cfg), plan.ledger(cfg), plan.record()
+        n, base, ledger = plan.n, plan.base(cfg), plan.ledger(cfg)
         update: dict[str, Any] = {}
         host.run(["mkdir", "-p", f"{cfg.host_dir}/launches/shards"], timeout=30)
         planned = planned_before(host, ledger)
@@ -68,20 +68,20 @@ class ShardRunsLauncher(DetachedLauncher):
                                          "shard_runs": folders,
                                          **({"reattached": True, "reattached_shards": reattached} if reattached
                                             else {"command": plan.command, **plan.trace_extra})})
-        record["run_id"], record["run_dir"] = f"L{n}", base
-        record["shards"], record["shard_runs"] = planned, folders
+        record: ShardRunsLaunch = {**plan.fields(), "launcher": "shard_runs", "run_id": f"L{n}", "run_dir": base,
+                                   "shards": planned, "shard_runs": folders}
         return {**update, "launches": [*(state.get("launches") or []), record], "run": record}
 
     def handle(self, record: LaunchRecord) -> RunHandle:
-        return ShardRunsHandle(self.deps, record) if record.get("shard_runs") else super().handle(record)
+        return ShardRunsHandle(self.deps, record) if record["launcher"] == "shard_runs" else super().handle(record)
 
     def log_of(self, record: LaunchRecord) -> str:
         """The failed (else the first) shard's log."""
-        if not record.get("shard_runs") or not record.get("shards"):
+        if record["launcher"] != "shard_runs" or not record["shards"]:
             return super().log_of(record)
         shard = record.get("failed_shard")
         shard = shard if shard is not None else record["shards"][0]
-        return f"{(record.get('shard_runs') or {})[str(shard)].rstrip('/')}/log"
+        return f"{record['shard_runs'][str(shard)].rstrip('/')}/log"
 
 
 def planned_before(host: Host, ledger: str) -> list[int] | None:
@@ -97,9 +97,9 @@ class ShardRunsHandle:
     """watch's view of a launch's shard runs: the lead shard's log, every shard's state; the launch ends once
     every shard has (a shard that crashed does not stop the others: one that finishes is not run again)."""
 
-    def __init__(self, deps: LauncherDeps, record: LaunchRecord) -> None:
+    def __init__(self, deps: LauncherDeps, record: ShardRunsLaunch) -> None:
         self.deps = deps
-        self.runs = {int(k): runs.Run.in_dir(folder) for k, folder in (record.get("shard_runs") or {}).items()}
+        self.runs = {int(k): runs.Run.in_dir(folder) for k, folder in record["shard_runs"].items()}
         self.lead = min(self.runs)
         self.last: dict[int, runs.RunStatus] = {}
 
@@ -124,6 +124,7 @@ class ShardRunsHandle:
         runs.stop_all(self.deps.host, list(self.runs.values()))
 
     def finish(self, record: LaunchRecord, status: runs.RunStatus) -> str:
+        assert record["launcher"] == "shard_runs"  # the record this handle was made for
         ended = {k: self.last.get(k) or runs.status(self.deps.host, run) for k, run in self.runs.items()}
         record["shard_states"] = {str(k): shard_state(s) for k, s in sorted(ended.items())}
         failed = sorted(k for k, s in ended.items() if shard_state(s) != "COMPLETED")

@@ -18,7 +18,7 @@ from agent.launchers.shard_logs import explaining_shard
 from agent.remedies import with_unset
 from agent.repair.types import Fault
 from agent.scheduler import DETERMINISTIC_STATES, NEVER_STARTS, TRANSIENT_STATES, SlurmSettings
-from agent.state import LaunchRecord, SessionState
+from agent.state import LaunchRecord, SessionState, SlurmLaunch
 from tools import runs, slurm
 from tools.host import Host
 
@@ -37,7 +37,7 @@ class SlurmLauncher:
     def start(self, state: SessionState, plan: LaunchPlan, env_base: dict[str, str] | None = None
               ) -> dict[str, Any]:
         deps, host, cfg = self.deps, self.deps.host, self.deps.config
-        n, kind, base, ledger, record = plan.n, plan.kind, plan.base(cfg), plan.ledger(cfg), plan.record()
+        n, kind, base, ledger = plan.n, plan.kind, plan.base(cfg), plan.ledger(cfg)
         name = job_name(cfg, n)
         update: dict[str, Any] = {}
         job = submitted_before(host, base, ledger, name)
@@ -57,30 +57,32 @@ class SlurmLauncher:
             deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": job.dir, "command": plan.command,
                                              "job_id": job.job_id, "job_name": name, "shards": list(job.shards),
                                              **plan.trace_extra})
-        record["run_id"], record["run_dir"] = job.dir.rsplit("/", 1)[-1], job.dir
-        record["job_id"], record["shards"] = job.job_id, list(job.shards)
+        record: SlurmLaunch = {**plan.fields(), "launcher": "slurm", "run_id": job.dir.rsplit("/", 1)[-1],
+                               "run_dir": job.dir, "job_id": job.job_id, "shards": list(job.shards)}
         return {**update, "launches": [*(state.get("launches") or []), record], "run": record}
 
     def handle(self, record: LaunchRecord) -> RunHandle:
+        assert record["launcher"] == "slurm", "every launch of a Slurm session is a Slurm job"
         return SlurmHandle(self.deps, record)
 
     def log_of(self, record: LaunchRecord) -> str:
         """The failed (else the first) shard's log of a job array; a plain job's one log."""
         folder = record["run_dir"].rstrip("/")
-        if not record.get("shards"):
+        if record["launcher"] != "slurm" or not record.get("shards"):
             return f"{folder}/log"
         shard = record.get("failed_shard")
         return f"{folder}/log.{shard if shard is not None else record['shards'][0]}"
 
     def explain(self, state: SessionState, record: LaunchRecord, fault: Fault) -> Explained:
-        if str(record.get("outcome") or "").startswith("scheduler:"):  # Slurm ended it: that is the fault
+        # Slurm ended it: that is the fault
+        if record["launcher"] == "slurm" and str(record.get("outcome") or "").startswith("scheduler:"):
             return Explained(scheduler_fault(record, fault.log_excerpt))
         return Explained(fault)
 
     def end(self, state: SessionState, spare: Collection[str] = ()) -> None:
         """A Slurm session ends: none of its jobs stays queued or running."""
         for launch in state.get("launches") or []:
-            if launch.get("job_id"):
+            if launch["launcher"] == "slurm":
                 job = slurm.SlurmJob(launch["job_id"], launch["run_dir"], tuple(launch.get("shards") or ()))
                 if any(task.active for task in slurm.states(self.deps.host, job).values()):
                     slurm.cancel(self.deps.host, job)
@@ -115,7 +117,7 @@ def submitted_before(host: Host, base: str, ledger: str, name: str) -> slurm.Slu
 class SlurmHandle:
     """watch's view of a Slurm job: the lead shard's log, the states of all, scancel."""
 
-    def __init__(self, deps: LauncherDeps, record: LaunchRecord) -> None:
+    def __init__(self, deps: LauncherDeps, record: SlurmLaunch) -> None:
         self.deps, self.record = deps, record
         self.job = slurm.SlurmJob(record["job_id"], record["run_dir"], tuple(record.get("shards") or ()))
         self.lead = self.job.shards[0] if self.job.shards else None
@@ -162,6 +164,7 @@ class SlurmHandle:
     def finish(self, record: LaunchRecord, status: runs.RunStatus) -> str:
         """How the job ended, in the record's words: ``exited``, ``crashed`` (the job's own failure: diagnose
         reads its log) or ``scheduler:<STATE>`` (Slurm ended it: transient ones are resubmitted)."""
+        assert record["launcher"] == "slurm"  # the record this handle was made for
         tasks = self.last or slurm.states(self.deps.host, self.job)
         record["shard_states"] = {str(k): s.state for k, s in tasks.items() if k is not None}
         if self.stuck:
@@ -201,7 +204,7 @@ WHY = {
 }
 
 
-def scheduler_fault(record: LaunchRecord, log_tail: str) -> Fault:
+def scheduler_fault(record: SlurmLaunch, log_tail: str) -> Fault:
     """A deterministic end of the job as a Fault of its own kind: no traceback, no frames, nothing to patch in
     the code. The repairs find none, so the session ends saying what Slurm did and what would change it."""
     state = str(record.get("scheduler_state") or "UNKNOWN")

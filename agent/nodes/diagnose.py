@@ -17,7 +17,8 @@ __all__ = ["diagnose", "fault_from_log"]  # fault_from_log: where tests and tool
 
 
 def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
-    record = state.get("run") or {}
+    record = state.get("run")
+    assert record is not None, "diagnose reads the launch that just ended"
     logged = fault_from_log(read_log(deps.host, deps.launcher.log_of(record)),
                             stage="canary" if record.get("kind") == "canary" else "crash",
                             where=partial(where_looked, deps.host, deps.config.target))

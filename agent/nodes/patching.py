@@ -23,7 +23,7 @@ from agent.codec import (
 from agent.deps import Deps
 from agent.faults import NOT_FOUND
 from agent.repair.types import Candidate, RepairContext
-from agent.state import CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
+from agent.state import CandidateData, CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
 from tools.errors import PatchError
 from tools.patches import EnvEdit, Patch, apply_patch
 from tools.reverts import revert_stack
@@ -89,15 +89,34 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
                                                    ledger_dir=deps.config.ledger_dir).already_applied
     except PatchError as err:  # stale, outside the roots, does not compile: nothing was written
         deps.record("patch_refused", "apply", {"patch_id": cand.patch.id, "why": str(err)})
-        return {"tried": [*(state.get("tried") or []), cand.patch.id], "proposal": None}
+        return set_aside(state, cand.patch.id)
     deps.record("applied", "apply", {"patch_id": cand.patch.id, "origin": cand.origin, "rationale": cand.rationale,
                                      "files": [f.path for f in cand.patch.files],
                                      "env": [e.describe() for e in cand.patch.env],
                                      "host_steps": list(cand.patch.host_steps),
                                      "already_applied": bool(already), "diff": cand.patch.diff})
-    entry = {**proposal, "fault_index": len(state.get("faults") or []) - 1}
-    patches = [p for p in state.get("patches") or [] if p["patch"]["id"] != cand.patch.id]
+    return kept(state, proposal)
+
+
+# What apply and revert decide about the state, apart from what they do on the host: replay
+# (agent/record/replay.py) makes the same updates from the recorded events through these.
+def kept(state: SessionState, proposal: CandidateData) -> dict[str, Any]:
+    """An applied patch joins the kept ones (once: an approve-mode edit replaces it), answering the newest fault."""
+    entry: KeptPatch = {**proposal, "fault_index": len(state.get("faults") or []) - 1}
+    patches = [p for p in state.get("patches") or [] if p["patch"]["id"] != proposal["patch"].get("id")]
     return {"patches": [*patches, entry], "proposal": proposal}
+
+
+def set_aside(state: SessionState, patch_id: str) -> dict[str, Any]:
+    """A patch that was refused or rejected: tried for this fault, and no longer proposed."""
+    return {"tried": [*(state.get("tried") or []), patch_id], "proposal": None}
+
+
+def taken_off(state: SessionState, off: list[str]) -> dict[str, Any]:
+    """Reverted patches: no longer kept, tried for this fault, and their checks no longer wait for a launch."""
+    pending = [c for c in state.get("pending_checks") or [] if c.get("patch_id") not in off]
+    return {"patches": [p for p in state.get("patches") or [] if p["patch"]["id"] not in off],
+            "tried": [*(state.get("tried") or []), *off], "proposal": None, "pending_checks": pending}
 
 
 def resolved(ctx: RepairContext, cand: Candidate) -> Candidate:
@@ -180,9 +199,7 @@ def revert(state: SessionState, deps: Deps) -> dict[str, Any]:
             f"it lies on patch {patch.id}'s file(s), which comes off")
         deps.record("reverted", "revert", {"patch_id": pid, "why": why, **({"above": patch.id} if pid != patch.id
                                                                             else {})})
-    pending = [c for c in state.get("pending_checks") or [] if c.get("patch_id") not in off]
-    return {"patches": [p for p in patches if p["patch"]["id"] not in off],
-            "tried": [*(state.get("tried") or []), *off], "proposal": None, "pending_checks": pending}
+    return taken_off(state, off)
 
 
 def verify_passed(state: SessionState) -> bool:

@@ -7,11 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent.deps import Deps
-from agent.state import SessionState
+from agent.state import SessionState, shards_of
 from agent.validation import validate_output, validate_shards
 
 
 def validate(state: SessionState, deps: Deps) -> dict[str, Any]:
-    if (state.get("run") or {}).get("shards"):
-        return validate_shards(state, deps)
-    return validate_output(state, deps)
+    return validate_shards(state, deps) if shards_of(state.get("run")) else validate_output(state, deps)

@@ -7,7 +7,7 @@ where a bad fix is caught before the run reaches it. A failed check stops the ru
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from agent.checks import ADVISORY, run_check
 from agent.codec import check_from_dict
@@ -26,7 +26,9 @@ LOADED_PHASES = ("loading", "kv_cache", "warmup", "extracting", "done")
 
 
 def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
-    record = LaunchRecord(**(state.get("run") or {}))
+    current = state.get("run")
+    assert current is not None, "watch follows the launch the launch node just made"
+    record = cast(LaunchRecord, dict(current))  # a copy: the handle writes how it ended into it
     handle = deps.launcher.handle(record)
     ctx = deps.context(state)
     owners = [c.get("patch_id") for c in state.get("pending_checks") or []]  # which patch each check proves
@@ -107,12 +109,20 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
             outcome = "timeout"
             break
         time.sleep(deps.poll_interval)
-    record["outcome"], record["ended"], record["phases"] = outcome or "", deps.clock(), seen_phases
-    record["checks_during_load"], record["load_seconds"] = results, load_seconds(seen_phases)
+    update = run_ended(state, record, outcome or "", deps.clock(), seen_phases, results)
     deps.record("run_end", "watch", {"outcome": outcome, "exit_code": record.get("exit_code"),
-                                     "seconds": round(record["ended"] - started, 1), "launch": record["n"],
+                                     "seconds": round(update["run"]["ended"] - started, 1), "launch": record["n"],
                                      "phases": seen_phases, "failed_patch": record.get("failed_patch")})
-    launches = [record if launch_.get("n") == record["n"] else launch_ for launch_ in state.get("launches") or []]
+    return update
+
+
+def run_ended(state: SessionState, record: LaunchRecord, outcome: str, ended: float, phases: dict[str, float],
+              results: list[CheckResult]) -> dict[str, Any]:
+    """What watch decides when a launch ends (replay makes the same update from the run_end event): the record
+    says how and when, the checks it ran join the verifications, and no check waits any more."""
+    record = cast(LaunchRecord, {**record, "outcome": outcome, "ended": ended, "phases": phases,
+                                 "checks_during_load": results, "load_seconds": load_seconds(phases)})
+    launches = [record if launch_["n"] == record["n"] else launch_ for launch_ in state.get("launches") or []]
     return {"run": record, "launches": launches, "pending_checks": [],
             "verifications": [*(state.get("verifications") or []), *results]}
 
@@ -129,8 +139,8 @@ def poll(deps: Deps, handle: RunHandle, offset: int, last_status: float
 
 def environment_checks(state: SessionState, deps: Settings) -> list[Check]:
     """What the host needs for this run to finish, checked while it loads (advisory: never blamed on a patch)."""
-    record = state.get("run") or {}
-    earlier = [folder for launch_ in state.get("launches") or [] if launch_.get("n") != record.get("n")
+    run = state.get("run")
+    earlier = [folder for launch_ in state.get("launches") or [] if run is None or launch_["n"] != run["n"]
                for folder in run_folders(launch_)]
     return [Check("disk_free", deps.config.target.workdir, str(DISK_FREE_MB), when="during_load"),
             Check("free_memory", "host", str(FREE_MEMORY_MB), when="during_load"),

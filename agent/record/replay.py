@@ -28,15 +28,15 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from agent import graph
 from agent.checks import ADVISORY
-from agent.codec import check_from_dict
+from agent.codec import check_from_dict, fault_from_dict
 from agent.config import SessionConfig
-from agent.faults import model_patch_failed, model_patch_newest
-from agent.nodes.patching import queue_checks, revert_index
-from agent.nodes.watch import environment_checks, load_seconds
+from agent.faults import model_patch_failed, model_patch_newest, record_fault
+from agent.nodes.patching import kept, queue_checks, revert_index, set_aside, taken_off
+from agent.nodes.watch import environment_checks, run_ended
 from agent.record.replay_shards import replay_shard
 from agent.record.report import render_report
 from agent.record.tracefile import Event, Trace, read_trace
@@ -46,10 +46,10 @@ from agent.state import (
     FaultData,
     FilePatchData,
     FrameData,
-    KeptPatch,
     LaunchRecord,
     PreflightInfo,
     SessionState,
+    launch_record,
 )
 from tools.errors import TraceError
 
@@ -96,6 +96,10 @@ class _Replay:
         self.faults_kept = 0  # fault events the state keeps
         self.deps = _RecordedSettings(self.config, self)
 
+    def take(self, update: dict[str, Any]) -> None:
+        """A node's own update (its function, called on the recorded results), as LangGraph would merge it."""
+        self.state.update(cast(SessionState, update))
+
     def differ(self, ev: Event, what: str) -> None:
         if self.divergence is None:
             self.divergence = f"event at line {ev.index} ({ev.kind}): {what}"
@@ -121,23 +125,19 @@ class _Replay:
             s.update({"scan_done": True, "fault": None, "proposal": None, "candidates": []})
             self.expect(ev, "after_scan", graph.after_scan(s), rest)
         elif ev.kind == "launch":
-            record: LaunchRecord = {"n": d.get("n", 0), "kind": d.get("kind", "target"),
-                                    "run_dir": d.get("run_dir", ""), "started": ev.ts, "exit_code": None,
-                                    "phases": {}, "checks_during_load": []}
-            if d.get("shard_runs"):  # detached shards: their folders are what the stale-runs check names
-                record["shard_runs"] = dict(d["shard_runs"])
+            # detached shards: their folders are what the stale-runs check names
+            record = launch_record({**d, "run_dir": d.get("run_dir", ""), "started": ev.ts, "exit_code": None,
+                                    "phases": {}, "checks_during_load": []})
             s["launches"] = [*s.get("launches", []), record]
             s["run"] = record
             self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]
         elif ev.kind == "check":
             self.check(ev)
         elif ev.kind == "run_end":
-            phases = dict(d.get("phases") or {})
-            run: LaunchRecord = {**(s.get("run") or LaunchRecord()), "outcome": d.get("outcome") or "",
-                                 "exit_code": d.get("exit_code"), "ended": ev.ts, "phases": phases,
-                                 "load_seconds": load_seconds(phases), "failed_patch": d.get("failed_patch")}
-            s["run"], s["launches"] = run, [*s.get("launches", [])[:-1], run]
-            s["pending_checks"] = []  # watch clears them whether they ran or not
+            run = cast(LaunchRecord, {**(s.get("run") or launch_record({})), "exit_code": d.get("exit_code"),
+                                      "failed_patch": d.get("failed_patch")})
+            # watch's own update; the checks it ran joined the verifications as their events came
+            self.take(run_ended(s, run, d.get("outcome") or "", ev.ts, dict(d.get("phases") or {}), []))
             self.expect(ev, "after_watch", graph.after_watch(s), rest)
         elif ev.kind == "fault":
             self.fault(ev, rest)
@@ -155,29 +155,21 @@ class _Replay:
                           "outcome_detail": f"{d.get('fault')} — {d.get('why')}"})
             self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)
         elif ev.kind == "approval_answer" and d.get("action") == "reject":
-            s.update({"proposal": None, "tried": [*s.get("tried", []), str(d.get("patch_id"))]})
+            self.take(set_aside(s, str(d.get("patch_id"))))
         elif ev.kind == "patch_refused":
-            s.update({"proposal": None, "tried": [*s.get("tried", []), str(d.get("patch_id"))]})
+            self.take(set_aside(s, str(d.get("patch_id"))))
             self.expect(ev, "after_apply", graph.after_apply(s), rest)
         elif ev.kind == "applied":
             self.applied(ev, rest)
         elif refused_revert(ev):  # the patch could not come off: the session ends there
             s.update({"proposal": None, "outcome": "no_repair", "outcome_detail": str(d.get("message", ""))})
-        elif ev.kind == "reverted" and d.get("above"):  # stacked on the patch reverted next: it came off first
-            s.update({"patches": [p for p in s.get("patches", []) if p["patch"]["id"] != d.get("patch_id")],
-                      "tried": [*s.get("tried", []), str(d.get("patch_id"))],
-                      "pending_checks": [c for c in s.get("pending_checks", []) if c.get("patch_id") != d["patch_id"]]})
-        elif ev.kind == "reverted":
+        elif ev.kind == "reverted":  # one event per patch taken off; those stacked above it ("above") come first
             patches = list(s.get("patches", []))
             at = revert_index(patches, s.get("run"))
-            if patches and patches[at]["patch"]["id"] == d.get("patch_id"):
-                patches.pop(at)
-            else:
+            if not d.get("above") and not (patches and patches[at]["patch"]["id"] == d.get("patch_id")):
                 self.differ(ev, f"revert undid {d.get('patch_id')}, but revert would undo "
                                 f"{patches[at]['patch']['id'] if patches else 'none'}")
-            pending = [c for c in s.get("pending_checks", []) if c.get("patch_id") != d.get("patch_id")]
-            s.update({"patches": patches, "tried": [*s.get("tried", []), str(d.get("patch_id"))], "proposal": None,
-                      "pending_checks": pending})
+            self.take(taken_off(s, [str(d.get("patch_id"))]))
         elif ev.kind == "shard":  # a sharded session: the last shard's verdict of a pass decides
             previous = self.trace.events[i - 1] if i else None
             if replay_shard(s, d, rest, after_fault=previous is not None and previous.kind == "fault"):
@@ -220,12 +212,12 @@ class _Replay:
         else:
             repeated = False
         self.faults_kept += 1
-        entry: FaultData = {"stage": d.get("stage", ""), "exc_type": exc_type, "message": message, "frames": frames,
-                            "proc": d.get("proc"), "fingerprint": fingerprint, "repeated": repeated,
-                            "launch": (s.get("run") or LaunchRecord()).get("n")}
-        s.update({"fault": entry, "faults": [*s.get("faults", []), entry], "candidates": [], "outcome": None})
-        if not repeated:
-            s["tried"] = []
+        fault = fault_from_dict({"stage": d.get("stage", ""), "exc_type": exc_type, "message": message,
+                                 "frames": frames, "proc": d.get("proc"), "fingerprint": fingerprint})
+        # the update diagnose, scan and validate make for a new fault (agent/faults.py)
+        self.take(record_fault(s, fault, launch=run["n"] if (run := s.get("run")) else None,
+                              repeated=repeated))
+        s["outcome"] = None
         if ev.node == "validate":
             self.expect(ev, "after_validate", graph.after_validate(s), rest)
         elif ev.node == "scan":
@@ -242,10 +234,7 @@ class _Replay:
                         "checks": recorded["checks"] if recorded else []}
         proposal: CandidateData = {**recorded, "patch": {**recorded["patch"], "id": pid,
                                                          "files": _files(str(d.get("diff") or ""))}}
-        s["proposal"] = proposal
-        kept = [p for p in s.get("patches", []) if p["patch"].get("id") != d.get("patch_id")]
-        entry: KeptPatch = {**proposal, "fault_index": len(s.get("faults", [])) - 1}
-        s["patches"] = [*kept, entry]
+        self.take(kept(s, proposal))
         self.expect(ev, "after_apply", graph.after_apply(s), rest)
         checks = [check_from_dict(c) for c in proposal["checks"]]
         before = [c.describe() for c in checks if c.when != "during_load"]
