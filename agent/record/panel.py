@@ -25,8 +25,20 @@ from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from agent.payloads import (
+    ApprovalData,
+    ChecksQueuedData,
+    ExitData,
+    FaultData,
+    LaunchData,
+    PatchData,
+    PhaseData,
+    RunEndData,
+    data_of,
+)
 from agent.record.people import Shortener, for_people, human_seconds
 from agent.record.view import View
+from agent.state import CheckResult
 
 LOADING = ("starting", "importing", "loading")  # the phases before the weights are in memory: the ETA's span
 LOADED = ("kv_cache", "warmup", "extracting", "done")
@@ -109,43 +121,47 @@ class PanelState:
     def apply(self, kind: str, data: dict[str, Any], ts: float) -> None:
         """One trace event, at its own time."""
         if kind == "launch":
-            self.launch, self.role = int(data.get("n") or self.launch + 1), str(data.get("kind") or "target")
-            self.target_launches += self.role == "target" and not data.get("reattached")
+            launch = data_of(data, LaunchData)
+            self.launch, self.role = int(launch.get("n") or self.launch + 1), str(launch.get("kind") or "target")
+            self.target_launches += self.role == "target" and not launch.get("reattached")
             self.launch_started, self.phase, self.percent, self.eta_end = ts, "starting", None, None
             self.checks, self.waiting = [], None
         elif kind == "phase":
-            self.phase = str(data.get("phase") or self.phase)
-            pct, eta = data.get("percent"), data.get("eta")
+            phase = data_of(data, PhaseData)
+            self.phase = str(phase.get("phase") or self.phase)
+            pct, eta = phase.get("percent"), phase.get("eta")
             self.percent = float(pct) if isinstance(pct, int | float) else self.percent
             if isinstance(eta, int | float):
                 self.eta_end = ts + float(eta)
         elif kind == "run_end":
-            self.phase = f"ended: {data.get('outcome') or '?'}"
-            loaded = load_seconds(data.get("phases") or {})
+            end = data_of(data, RunEndData)
+            self.phase = f"ended: {end.get('outcome') or '?'}"
+            loaded = load_seconds(end.get("phases") or {})
             if loaded:
                 self.loads.setdefault(self.role or "target", []).append(loaded)
         elif kind == "checks_queued":
-            self.checks = [[str(check), ""] for check in data.get("checks") or []]
-        elif kind == "check" and data.get("when") in ("during_load", "after_exit"):
-            pending = next((c for c in self.checks if c[0] == data.get("check") and not c[1]), None)
+            self.checks = [[str(check), ""] for check in data_of(data, ChecksQueuedData).get("checks") or []]
+        elif kind == "check" and (check := data_of(data, CheckResult)).get("when") in ("during_load", "after_exit"):
+            pending = next((c for c in self.checks if c[0] == check.get("check") and not c[1]), None)
             if pending is not None:
-                pending[1] = "ok" if data.get("ok") else "FAILED"
+                pending[1] = "ok" if check.get("ok") else "FAILED"
         elif kind == "fault":
             self.faults += 1
-            if data.get("stage") == "scan" and not self.launch:
+            if data_of(data, FaultData).get("stage") == "scan" and not self.launch:
                 self.phase = "scan"
         elif kind == "applied":
-            self.kept[str(data.get("patch_id"))] = "patch" if data.get("files") else "env"
+            patch = data_of(data, PatchData)
+            self.kept[str(patch.get("patch_id"))] = "patch" if patch.get("files") else "env"
         elif kind == "reverted":
-            self.kept.pop(str(data.get("patch_id")), None)
+            self.kept.pop(str(data_of(data, PatchData).get("patch_id")), None)
         elif kind in WAITS:
-            self.waiting = WAITS["host_step" if data.get("host_steps") else kind]
+            self.waiting = WAITS["host_step" if data_of(data, ApprovalData).get("host_steps") else kind]
         elif kind in ("approval_answer", "confirm_answer"):
             self.waiting = None
         elif kind == "resume":  # a stopped or waiting session goes on
             self.waiting, self.outcome, self.ended = None, None, None
         elif kind == "exit":
-            self.outcome, self.phase, self.ended = str(data.get("outcome") or "?"), "ended", ts
+            self.outcome, self.phase, self.ended = str(data_of(data, ExitData).get("outcome") or "?"), "ended", ts
         elif kind == "stopped":
             self.outcome, self.phase, self.ended, self.waiting = "stopped", "stopped", ts, None
         elif kind in ("preflight", "scan", "validate"):

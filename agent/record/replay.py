@@ -9,6 +9,9 @@ What it re-executes, event by event, on a graph state rebuilt from the trace:
 - diagnose's "same fault again" test (fingerprint equal to the previous fault's) against the recorded flag;
 - verify's split of a candidate's checks: today's Check.describe() of its "before" checks must be the checks
   the trace shows verify ran, and the during-load ones those the next launch's watch ran;
+- the nodes' own state updates, made on the recorded results by the functions the nodes make them with (a
+  launcher's record from its launch event, watch's run_ended, record_fault, apply's kept, revert's taken_off,
+  set_aside for a refused or rejected patch), so the state the routers read is the state the session had;
 - the report: render_report on the rebuilt state, whose faults and patches must match the fault events and
   the exit event's patch list (and its outcome and launch count).
 
@@ -37,6 +40,23 @@ from agent.config import SessionConfig
 from agent.faults import model_patch_failed, model_patch_newest, record_fault
 from agent.nodes.patching import kept, queue_checks, revert_index, set_aside, taken_off
 from agent.nodes.watch import environment_checks, run_ended
+from agent.payloads import (
+    ApprovalData,
+    ConfirmData,
+    ExitData,
+    LaunchData,
+    MessageData,
+    NoRepairData,
+    PreflightData,
+    RunEndData,
+    ShardData,
+    ValidateData,
+    data_of,
+)
+from agent.payloads import CandidateData as CandidateEvent
+from agent.payloads import FaultData as FaultEvent
+from agent.payloads import PatchData as PatchEvent
+from agent.record.replay_events import NODE_OF, SILENT, diff_files, frame_of, node_of, refused_revert, until
 from agent.record.replay_shards import replay_shard
 from agent.record.report import render_report
 from agent.record.tracefile import Event, Trace, read_trace
@@ -44,22 +64,12 @@ from agent.state import (
     CandidateData,
     CheckResult,
     FaultData,
-    FilePatchData,
-    FrameData,
     LaunchRecord,
     PreflightInfo,
     SessionState,
     launch_record,
 )
 from tools.errors import TraceError
-
-# which node an event shows ran; the first of these after a decision is what the session did
-NODE_OF = {"launch": "launch", "scan": "scan", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",
-           "approval": "approve", "policy": "approve", "applied": "apply", "patch_refused": "apply",
-           "reverted": "revert", "confirm": "confirm",
-           "validate": "validate", "resubmit": "resubmit", "exit": "report"}
-# a node that may record nothing: the trace then shows what came after it
-SILENT = {"verify": ("scan", "launch", "confirm", "revert", "report"), "budget_stop": ("report",)}
 
 
 @dataclass
@@ -117,86 +127,98 @@ class _Replay:
         s, d, rest = self.state, ev.data, self.trace.events[i + 1:]
         self.now = ev.ts
         if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
-            preflight = cast(PreflightInfo, {k: d.get(k) for k in ("versions", "site_packages", "roots", "warnings",
-                                                                   "canary")})
+            found = data_of(d, PreflightData)
+            preflight = cast(PreflightInfo, {k: found.get(k) for k in ("versions", "site_packages", "roots",
+                                                                       "warnings", "canary")})
             self.state = {"preflight": preflight, "started": ev.ts, "launches": [], "faults": [], "patches": [],
                           "verifications": [], "tried": [], "pending_checks": [], "session_id": self.config.session_id}
         elif ev.kind == "scan":  # the scan has nothing left: the first launch is next
             s.update({"scan_done": True, "fault": None, "proposal": None, "candidates": []})
             self.expect(ev, "after_scan", graph.after_scan(s), rest)
-        elif ev.kind == "launch":
-            # detached shards: their folders are what the stale-runs check names
-            record = launch_record({**d, "run_dir": d.get("run_dir", ""), "started": ev.ts, "exit_code": None,
-                                    "phases": {}, "checks_during_load": []})
+        elif ev.kind == "launch":  # the launcher's record, from what its event says (detached shards' folders too)
+            launched = data_of(d, LaunchData)
+            record = launch_record({**launched, "run_dir": launched.get("run_dir", ""), "started": ev.ts,
+                                    "exit_code": None, "phases": {}, "checks_during_load": []})
             s["launches"] = [*s.get("launches", []), record]
             s["run"] = record
             self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]
         elif ev.kind == "check":
             self.check(ev)
         elif ev.kind == "run_end":
-            run = cast(LaunchRecord, {**(s.get("run") or launch_record({})), "exit_code": d.get("exit_code"),
-                                      "failed_patch": d.get("failed_patch")})
+            end = data_of(d, RunEndData)
+            run = cast(LaunchRecord, {**(s.get("run") or launch_record({})), "exit_code": end.get("exit_code"),
+                                      "failed_patch": end.get("failed_patch")})
             # watch's own update; the checks it ran joined the verifications as their events came
-            self.take(run_ended(s, run, d.get("outcome") or "", ev.ts, dict(d.get("phases") or {}), []))
+            self.take(run_ended(s, run, end.get("outcome") or "", ev.ts, dict(end.get("phases") or {}), []))
             self.expect(ev, "after_watch", graph.after_watch(s), rest)
         elif ev.kind == "fault":
             self.fault(ev, rest)
         elif ev.kind == "candidate":
-            s["proposal"] = {"patch": {"id": d.get("patch_id", ""), "files": _files(d.get("diff") or ""),
-                                       "host_steps": list(d.get("host_steps") or [])},
-                             "origin": d.get("origin") or "", "rationale": d.get("rationale", ""),
-                             "evidence": list(d.get("evidence") or []), "checks": list(d.get("checks") or [])}
+            cand = data_of(d, CandidateEvent)
+            s["proposal"] = {"patch": {"id": cand.get("patch_id", ""), "files": diff_files(cand.get("diff") or ""),
+                                       "host_steps": list(cand.get("host_steps") or [])},
+                             "origin": cand.get("origin") or "", "rationale": cand.get("rationale", ""),
+                             "evidence": list(cand.get("evidence") or []), "checks": list(cand.get("checks") or [])}
             s.pop("outcome", None)
             self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)
         elif ev.kind == "no_repair":
+            none = data_of(d, NoRepairData)
             s.update({"proposal": None})
-            if not d.get("left_for"):  # a scan finding with no repair is left for the runs, not the end
-                s.update({"outcome": d.get("outcome") or "no_repair",
-                          "outcome_detail": f"{d.get('fault')} — {d.get('why')}"})
+            if not none.get("left_for"):  # a scan finding with no repair is left for the runs, not the end
+                s.update({"outcome": none.get("outcome") or "no_repair",
+                          "outcome_detail": f"{none.get('fault')} — {none.get('why')}"})
             self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)
-        elif ev.kind == "approval_answer" and d.get("action") == "reject":
-            self.take(set_aside(s, str(d.get("patch_id"))))
+        elif ev.kind == "approval_answer" and data_of(d, ApprovalData).get("action") == "reject":
+            self.take(set_aside(s, str(data_of(d, ApprovalData).get("patch_id"))))
         elif ev.kind == "patch_refused":
-            self.take(set_aside(s, str(d.get("patch_id"))))
+            self.take(set_aside(s, str(data_of(d, PatchEvent).get("patch_id"))))
             self.expect(ev, "after_apply", graph.after_apply(s), rest)
         elif ev.kind == "applied":
             self.applied(ev, rest)
         elif refused_revert(ev):  # the patch could not come off: the session ends there
-            s.update({"proposal": None, "outcome": "no_repair", "outcome_detail": str(d.get("message", ""))})
+            s.update({"proposal": None, "outcome": "no_repair",
+                      "outcome_detail": str(data_of(d, MessageData).get("message", ""))})
         elif ev.kind == "reverted":  # one event per patch taken off; those stacked above it ("above") come first
+            off = data_of(d, PatchEvent)
             patches = list(s.get("patches", []))
             at = revert_index(patches, s.get("run"))
-            if not d.get("above") and not (patches and patches[at]["patch"]["id"] == d.get("patch_id")):
-                self.differ(ev, f"revert undid {d.get('patch_id')}, but revert would undo "
+            if not off.get("above") and not (patches and patches[at]["patch"]["id"] == off.get("patch_id")):
+                self.differ(ev, f"revert undid {off.get('patch_id')}, but revert would undo "
                                 f"{patches[at]['patch']['id'] if patches else 'none'}")
-            self.take(taken_off(s, [str(d.get("patch_id"))]))
+            self.take(taken_off(s, [str(off.get("patch_id"))]))
         elif ev.kind == "shard":  # a sharded session: the last shard's verdict of a pass decides
             previous = self.trace.events[i - 1] if i else None
-            if replay_shard(s, d, rest, after_fault=previous is not None and previous.kind == "fault"):
+            if replay_shard(s, data_of(d, ShardData), rest,
+                            after_fault=previous is not None and previous.kind == "fault"):
                 self.expect(ev, "after_validate", graph.after_validate(s), rest)
         elif ev.kind == "validate" and not (rest and rest[0].kind == "shard"):
-            nxt = rest[0] if rest else None
-            wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
-            if d.get("verified") and nxt is not None and nxt.kind == "canary_passed":
-                s.update({"canary_done": True, "fault": None})  # the canary is right: the target model is next
-            elif d.get("verified"):
-                s.update({"outcome": "verified", "outcome_detail": str(d.get("summary", ""))})
-            elif not wrong:
-                s.update({"outcome": "unverified", "outcome_detail": str(d.get("summary", ""))})
-            if not wrong:
-                self.expect(ev, "after_validate", graph.after_validate(s), rest)
+            self.validate(ev, rest)
         elif ev.kind == "confirm_answer":
-            if d.get("action") != "approve":
-                s.update({"outcome": "rejected", "outcome_detail": f"launch {d.get('launch')} was not confirmed"})
+            answer = data_of(d, ConfirmData)
+            if answer.get("action") != "approve":
+                s.update({"outcome": "rejected", "outcome_detail": f"launch {answer.get('launch')} was not confirmed"})
             self.expect(ev, "after_confirm", graph.after_confirm(s), rest)
         elif ev.kind == "exit":
             self.exit(ev)
         return None
 
+    def validate(self, ev: Event, rest: list[Event]) -> None:
+        s, verdict = self.state, data_of(ev.data, ValidateData)
+        nxt = rest[0] if rest else None
+        wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
+        if verdict.get("verified") and nxt is not None and nxt.kind == "canary_passed":
+            s.update({"canary_done": True, "fault": None})  # the canary is right: the target model is next
+        elif verdict.get("verified"):
+            s.update({"outcome": "verified", "outcome_detail": str(verdict.get("summary", ""))})
+        elif not wrong:
+            s.update({"outcome": "unverified", "outcome_detail": str(verdict.get("summary", ""))})
+        if not wrong:
+            self.expect(ev, "after_validate", graph.after_validate(s), rest)
+
     def fault(self, ev: Event, rest: list[Event]) -> None:
-        s, d = self.state, ev.data
+        s, d = self.state, data_of(ev.data, FaultEvent)
         exc_type, _, message = str(d.get("summary", "")).partition(": ")
-        frames = [_frame(f) for f in d.get("frames") or []]
+        frames = [frame_of(f) for f in d.get("frames") or []]
         previous = (s.get("faults") or [FaultData()])[-1]
         fingerprint = d.get("fingerprint") or ("validate:" if ev.node == "validate" else "")
         if ev.node == "diagnose":
@@ -227,28 +249,28 @@ class _Replay:
             self.expect(ev, "after_diagnose", graph.after_diagnose(s), rest)
 
     def applied(self, ev: Event, rest: list[Event]) -> None:
-        s, d = self.state, ev.data
+        s, d = self.state, data_of(ev.data, PatchEvent)
         pid, recorded = str(d.get("patch_id")), s.get("proposal")
         if recorded is None or recorded["patch"].get("id") != pid:  # an approve-mode edit: the diff changed
             recorded = {"patch": {"id": pid}, "origin": d.get("origin") or "", "rationale": "", "evidence": [],
                         "checks": recorded["checks"] if recorded else []}
         proposal: CandidateData = {**recorded, "patch": {**recorded["patch"], "id": pid,
-                                                         "files": _files(str(d.get("diff") or ""))}}
+                                                         "files": diff_files(str(d.get("diff") or ""))}}
         self.take(kept(s, proposal))
         self.expect(ev, "after_apply", graph.after_apply(s), rest)
         checks = [check_from_dict(c) for c in proposal["checks"]]
         before = [c.describe() for c in checks if c.when != "during_load"]
-        ran_events = [e for e in _until(rest, *NODE_OF) if e.kind == "check" and e.node == "verify"]
-        ran = [e.data.get("check") for e in ran_events]
+        ran_events = [e for e in until(rest, *NODE_OF) if e.kind == "check" and e.node == "verify"]
+        ran_results = [data_of(e.data, CheckResult) for e in ran_events]  # the verify node recorded these
+        ran = [r.get("check") for r in ran_results]
         # verify stops at the first failed check, so fewer checks are right only after a failure
-        stopped = bool(ran_events) and not ran_events[-1].data.get("ok")
+        stopped = bool(ran_results) and not ran_results[-1].get("ok")
         self.compared += 1
         if ran != before[: len(ran)] or (len(ran) < len(before) and not stopped):
             self.differ(ev, f"verify would run {before}; the trace shows {ran}")
         if not stopped:  # verify queues the during-load checks only when every check so far passed
             s["pending_checks"] = queue_checks(s.get("pending_checks", []), list(proposal["checks"]),
                                                str(d.get("patch_id")))
-        ran_results = [cast(CheckResult, dict(e.data)) for e in ran_events]  # the verify node recorded these
         after: SessionState = {**s, "verifications": [*s.get("verifications", []), *ran_results]}
         self.now = ran_events[-1].ts if ran_events else ev.ts
         chosen = graph.after_verify(after, self.deps)
@@ -256,11 +278,11 @@ class _Replay:
             spent = graph.budget_stop(s, self.deps)
             if spent:
                 s["outcome"], s["outcome_detail"] = spent["outcome"], spent["outcome_detail"]
-        self.expect(ev, "after_verify", chosen, rest[len(_until(rest, *NODE_OF)):])
+        self.expect(ev, "after_verify", chosen, rest[len(until(rest, *NODE_OF)):])
 
     def check(self, ev: Event) -> None:
-        s, d = self.state, ev.data
-        s["verifications"] = [*s.get("verifications", []), cast(CheckResult, dict(d))]
+        s, d = self.state, data_of(ev.data, CheckResult)
+        s["verifications"] = [*s.get("verifications", []), d]
         if ev.node != "watch":
             return
         if str(d.get("check", "")).split(" ", 1)[0] in ADVISORY:  # the host's own checks (traces since they exist)
@@ -279,7 +301,7 @@ class _Replay:
                             f"{d.get('check')!r}")
 
     def exit(self, ev: Event) -> None:
-        s, d = self.state, ev.data
+        s, d = self.state, data_of(ev.data, ExitData)
         self.compared += 1
         ids = [p["patch"]["id"] for p in s.get("patches", [])]
         if d.get("patches") is not None and list(d["patches"]) != ids:
@@ -298,47 +320,6 @@ class _Replay:
             self.differ(ev, f"the report lists {listed} fault(s) and patches {heads}; the trace has "
                             f"{recorded} fault(s) and patches {ids}")
         return None
-
-
-def refused_revert(ev: Event) -> bool:
-    """The revert node's warning that a patch could not come off (agent/nodes/patching.py revert)."""
-    return ev.kind == "warning" and ev.node == "revert"
-
-
-def node_of(ev: Event) -> str:
-    """The node an event shows ran: a fault is diagnose's, unless the scan predicted it."""
-    if ev.kind == "fault" and ev.node == "scan":
-        return "scan"
-    if refused_revert(ev):
-        return "revert"
-    return NODE_OF.get(ev.kind, ev.kind)
-
-
-def _until(events: list[Event], *kinds: str) -> list[Event]:
-    out = []
-    for e in events:
-        if e.kind in kinds:
-            break
-        out.append(e)
-    return out
-
-
-def _files(diff: str) -> list[FilePatchData]:
-    """The diff split per file, as the state's Patch dicts hold it (only path and diff are needed here)."""
-    parts = re.split(r"(?m)^(?=--- )", diff)
-    out = []
-    for part in parts:
-        if not part.startswith("--- "):  # env edits and host steps are not files
-            continue
-        m = re.match(r"--- a(\S+)", part)
-        out.append(FilePatchData(path=m.group(1) if m else "", diff=part, sha256_before="", sha256_after=""))
-    return out
-
-
-def _frame(text: str) -> FrameData:
-    where, _, func = text.partition(" ")
-    file, _, line = where.rpartition(":")
-    return {"file": file or where, "line": int(line) if line.isdigit() else 0, "func": func, "code": ""}
 
 
 def replay(path: Path | str) -> ReplayResult:

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agent.payloads import ShardData
 from agent.state import SessionState
 
 
-def replay_shard(state: SessionState, data: dict[str, Any], rest: Sequence[Any], *, after_fault: bool) -> bool:
+def replay_shard(state: SessionState, data: ShardData, rest: Sequence[Any], *, after_fault: bool) -> bool:
     """What a recorded ``shard`` event did to the state (agent/record/replay.py); True when validate's router
     chose next."""
     if data.get("verified"):
-        state["verified_shards"] = sorted({*(state.get("verified_shards") or []), int(data["shard"])})
+        state["verified_shards"] = sorted({*(state.get("verified_shards") or []), int(data.get("shard") or 0)})
     if data.get("before_launch"):
         return False  # a finished shard checked before a relaunch: no router
     if rest and rest[0].kind == "validate":

@@ -12,8 +12,31 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from agent.payloads import (
+    ApprovalData,
+    CandidateData,
+    ConfirmData,
+    ExitData,
+    FaultData,
+    LaunchData,
+    MessageData,
+    NoRepairData,
+    NotifyData,
+    PatchData,
+    PhaseData,
+    PreflightData,
+    ResubmitData,
+    RunEndData,
+    ScanData,
+    SchedulerData,
+    ServerData,
+    ShardData,
+    ValidateData,
+    data_of,
+)
 from agent.record.people import Shortener, for_people, without_repeat, without_subject
 from agent.record.report import human_seconds
+from agent.state import CheckResult
 from tools.console import make_console
 
 QUIET_KINDS = {"llm", "checks_queued"}
@@ -42,75 +65,122 @@ class View:
         return escape(for_people(str(text), self.shortener, about.split()))
 
     def describe(self, kind: str, data: dict[str, Any]) -> str | None:
-        def s(key: str, about: str = "") -> str:
-            return self.people(data.get(key, ""), about)
-
+        """The line for one event, read through its kind's payload type (agent/payloads.py); None: no line."""
+        p = self.people
         if kind == "phase":
-            return self._phase(data)
+            return self._phase(data_of(data, PhaseData))
         if kind == "check":
-            check = str(data.get("check", ""))
-            detail = without_subject(check, str(data.get("detail", "")))
-            verdict = "[green]ok[/]" if data.get("ok") else "[red]FAILED[/]"
-            return f"  check {self.people(check, check)}: {verdict} {self.people(detail, check)}".rstrip()
+            check = data_of(data, CheckResult)
+            name = str(check.get("check", ""))
+            detail = without_subject(name, str(check.get("detail", "")))
+            verdict = "[green]ok[/]" if check.get("ok") else "[red]FAILED[/]"
+            return f"  check {p(name, name)}: {verdict} {p(detail, name)}".rstrip()
         if kind == "validate":
-            self._last_validate = str(data.get("summary", ""))
+            validated = data_of(data, ValidateData)
+            self._last_validate = str(validated.get("summary", ""))
+            return f"[bold]validate[/] {p(validated.get('summary', ''))}"
         if kind == "exit":
-            if data.get("outcome") == "internal_error":  # the command's last line says what failed, once
-                return f"[bold]internal_error[/] in {escape(str(data.get('node', '?')))}"
-            detail = str(data.get("detail", ""))
-            if detail and detail == self._last_validate:  # said one line up
-                return f"[bold]{escape(str(data.get('outcome', '')))}[/]"
-            outcome = str(data.get("outcome", ""))
-            rest = without_repeat(outcome, detail)[len(outcome):]  # "verified by …", never "verified: verified"
-            return f"[bold]{escape(outcome)}[/]{self.people(rest)}"
+            return self._exit(data_of(data, ExitData))
         if kind == "fault":
-            frames = data.get("frames") or []
-            where = f" [dim]at {self.people(str(frames[-1]).split(' ')[0])}[/]" if frames else ""
-            return f"[red]fault[/] \\[{s('stage')}] {self.people(str(data.get('summary', '')).strip())}{where}"
+            fault = data_of(data, FaultData)
+            frames = fault.get("frames") or []
+            where = f" [dim]at {p(str(frames[-1]).split(' ')[0])}[/]" if frames else ""
+            return f"[red]fault[/] \\[{p(fault.get('stage', ''))}] {p(str(fault.get('summary', '')).strip())}{where}"
         if kind == "run_end":
-            seconds = data.get("seconds")
+            end = data_of(data, RunEndData)
+            seconds = end.get("seconds")
             took = human_seconds(float(seconds)) if isinstance(seconds, int | float) else "?"
-            return f"  run ended: {s('outcome')} (exit {s('exit_code')}) after {took}"
-        if kind == "applied":
-            if data.get("files"):
-                files = ", ".join(self.people(f) for f in data["files"])
-                return f"[green]patched[/] {s('patch_id')} {files}"
-            env = escape("; ".join(map(str, data.get("env") or [])))
-            return f"[green]environment[/] {s('patch_id')}: {env}"
-        if kind == "approval" and data.get("host_steps"):  # a person changes the host, then resumes: no approve
-            steps = escape(" && ".join(map(str, data["host_steps"])))
-            return f"[magenta]host step[/]: run `{steps}`, then `medic resume {s('session')}`"
-        if kind == "notify":
-            verdict = "sent" if data.get("ok") else "[yellow]FAILED[/]"
-            return f"  notify ({s('event')}): {verdict} {s('detail')}".rstrip()
-        return {
-            "preflight": f"[bold]preflight[/] {s('summary')}",
-            "scan": f"[bold]scan[/] {s('summary')}",
-            "launch": f"[bold]launch {s('n')}[/] ({s('kind')}) "
-                      + (f"Slurm job {s('job_id')}" + (f" shards {s('shards')}" if data.get("shards") else "") + " "
-                         if data.get("job_id") else f"shards {s('shards')} " if data.get("shards") else "")
-                      + s("run_dir"),
-            "scheduler": f"  Slurm job {s('job_id')}: {s('state')} ({s('reason')})",
-            "resubmit": (f"[red]Slurm ended the job {s('state')} again[/]: resubmits spent" if data.get("given_up")
-                         else f"[yellow]resubmit[/] after {s('state')} (no patch), in {s('backoff')}s"),
-            "shard": f"  shard {s('shard')} of {s('of')}: "
-                     + ("[green]verified[/]" if data.get("verified") else "[red]NOT verified[/]"),
-            "server": f"[bold]server S{s('n')}[/] {s('event')}" + (f" port {s('port')}" if data.get("port") else "")
-                      + (f" pid {s('pid')}" if data.get("pid") else "")
-                      + (f" after {s('seconds')}s" if data.get("seconds") is not None else "")
-                      + (f" log {self.people(str(data['log']))}" if data.get("log") else ""),
-            "candidate": f"  [yellow]candidate[/] {s('origin')}: {s('rationale')}",
-            "reverted": f"[yellow]reverted[/] {s('patch_id')}: {s('why')}",
-            "patch_refused": f"  [yellow]refused[/] {s('patch_id')}: {s('why')}",
-            "no_repair": f"[red]no repair[/] for {s('fault')}: {s('why')}",
-            "policy": f"  policy: {s('action')} {s('patch_id')} ({s('by')})",
-            "validate": f"[bold]validate[/] {s('summary')}",
-            "approval": f"[magenta]waiting for approval[/] of {s('patch_id')}: medic approve {s('session')}",
-            "confirm": f"[magenta]launch {s('launch')} waits for a go[/]: medic approve {s('session')} --yes",
-            "warning": f"[yellow]warning[/] {s('message')}",
-        }.get(kind)
+            return f"  run ended: {p(end.get('outcome', ''))} (exit {p(end.get('exit_code', ''))}) after {took}"
+        if kind in ("applied", "reverted", "patch_refused"):
+            return self._patch(kind, data_of(data, PatchData))
+        if kind in ("approval", "policy"):
+            answer = data_of(data, ApprovalData)
+            if kind == "policy":
+                return (f"  policy: {p(answer.get('action', ''))} {p(answer.get('patch_id', ''))} "
+                        f"({p(answer.get('by', ''))})")
+            if answer.get("host_steps"):  # a person changes the host, then resumes: no approve
+                steps = escape(" && ".join(map(str, answer.get("host_steps") or [])))
+                return f"[magenta]host step[/]: run `{steps}`, then `medic resume {p(answer.get('session', ''))}`"
+            return (f"[magenta]waiting for approval[/] of {p(answer.get('patch_id', ''))}: "
+                    f"medic approve {p(answer.get('session', ''))}")
+        if kind == "launch":
+            return self._launch(data_of(data, LaunchData))
+        if kind == "server":
+            return self._server(data_of(data, ServerData))
+        return self._other(kind, data)
 
-    def _phase(self, data: dict[str, Any]) -> str | None:
+    def _exit(self, end: ExitData) -> str:
+        outcome, detail = str(end.get("outcome", "")), str(end.get("detail", ""))
+        if outcome == "internal_error":  # the command's last line says what failed, once
+            return f"[bold]internal_error[/] in {escape(str(end.get('node', '?')))}"
+        if detail and detail == self._last_validate:  # said one line up
+            return f"[bold]{escape(outcome)}[/]"
+        rest = without_repeat(outcome, detail)[len(outcome):]  # "verified by …", never "verified: verified"
+        return f"[bold]{escape(outcome)}[/]{self.people(rest)}"
+
+    def _patch(self, kind: str, patch: PatchData) -> str:
+        p, pid = self.people, self.people(patch.get("patch_id", ""))
+        if kind == "reverted":
+            return f"[yellow]reverted[/] {pid}: {p(patch.get('why', ''))}"
+        if kind == "patch_refused":
+            return f"  [yellow]refused[/] {pid}: {p(patch.get('why', ''))}"
+        if patch.get("files"):
+            return f"[green]patched[/] {pid} {', '.join(p(f) for f in patch.get('files') or [])}"
+        return f"[green]environment[/] {pid}: {escape('; '.join(map(str, patch.get('env') or [])))}"
+
+    def _launch(self, launch: LaunchData) -> str:
+        p = self.people
+        how = (f"Slurm job {p(launch['job_id'])}" + (f" shards {p(launch.get('shards'))}" if launch.get("shards")
+                                                     else "") + " " if launch.get("job_id")
+               else f"shards {p(launch.get('shards'))} " if launch.get("shards") else "")
+        return (f"[bold]launch {p(launch.get('n', ''))}[/] ({p(launch.get('kind', ''))}) "
+                f"{how}{p(launch.get('run_dir', ''))}")
+
+    def _server(self, server: ServerData) -> str:
+        p = self.people
+        return (f"[bold]server S{p(server.get('n', ''))}[/] {p(server.get('event', ''))}"
+                + (f" port {p(server.get('port'))}" if server.get("port") else "")
+                + (f" pid {p(server.get('pid'))}" if server.get("pid") else "")
+                + (f" after {p(server.get('seconds'))}s" if server.get("seconds") is not None else "")
+                + (f" log {p(server.get('log'))}" if server.get("log") else ""))
+
+    def _other(self, kind: str, data: dict[str, Any]) -> str | None:
+        p = self.people
+        if kind == "scheduler":
+            job = data_of(data, SchedulerData)
+            return f"  Slurm job {p(job.get('job_id', ''))}: {p(job.get('state', ''))} ({p(job.get('reason', ''))})"
+        if kind == "resubmit":
+            again = data_of(data, ResubmitData)
+            return (f"[red]Slurm ended the job {p(again.get('state', ''))} again[/]: resubmits spent"
+                    if again.get("given_up")
+                    else f"[yellow]resubmit[/] after {p(again.get('state', ''))} (no patch), "
+                         f"in {p(again.get('backoff', ''))}s")
+        if kind == "shard":
+            shard = data_of(data, ShardData)
+            return (f"  shard {p(shard.get('shard', ''))} of {p(shard.get('of', ''))}: "
+                    + ("[green]verified[/]" if shard.get("verified") else "[red]NOT verified[/]"))
+        if kind == "notify":
+            sent = data_of(data, NotifyData)
+            verdict = "sent" if sent.get("ok") else "[yellow]FAILED[/]"
+            return f"  notify ({p(sent.get('event', ''))}): {verdict} {p(sent.get('detail', ''))}".rstrip()
+        if kind == "candidate":
+            cand = data_of(data, CandidateData)
+            return f"  [yellow]candidate[/] {p(cand.get('origin', ''))}: {p(cand.get('rationale', ''))}"
+        if kind == "no_repair":
+            none = data_of(data, NoRepairData)
+            return f"[red]no repair[/] for {p(none.get('fault', ''))}: {p(none.get('why', ''))}"
+        if kind == "confirm":
+            confirm = data_of(data, ConfirmData)
+            return (f"[magenta]launch {p(confirm.get('launch', ''))} waits for a go[/]: "
+                    f"medic approve {p(confirm.get('session', ''))} --yes")
+        if kind in ("preflight", "scan"):
+            summary = data_of(data, PreflightData if kind == "preflight" else ScanData).get("summary", "")
+            return f"[bold]{kind}[/] {p(summary)}"
+        if kind == "warning":
+            return f"[yellow]warning[/] {p(data_of(data, MessageData).get('message', ''))}"
+        return None
+
+    def _phase(self, data: PhaseData) -> str | None:
         """A phase once; a load's progress at most every PROGRESS_EVERY seconds, never its 100% (the next
         phase says that): a one-shard load is one line, not "0%" and "100%, ETA 0s"."""
         eta = data.get("eta")
