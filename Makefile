@@ -54,8 +54,10 @@ llm-server: lab
 	$(BIN)/python -m lab.llm_server prepare
 
 # pytest's exit 5 (no test collected) is a failure here, never a pass. Slurm is stopped whatever pytest did.
+# Two workers side by side (pytest-xdist): most tests wait on real processes (loads, polls, Slurm); tests/conftest.py
+# keeps the modules that share a resource on one worker.
 test: $(STAMP) system-deps lab lab-variants lab-server llm-server slurm-up
-	@$(BIN)/python -m pytest -q; code=$$?; lab/slurm_down.sh; \
+	@$(BIN)/python -m pytest -q -n 2 --dist loadgroup; code=$$?; lab/slurm_down.sh; \
 	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
 
 lint: $(STAMP)

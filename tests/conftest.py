@@ -1,6 +1,13 @@
-"""Shared fixtures. Each family lives in its own module; this file only gathers them."""
+"""Shared fixtures. Each family lives in its own module; this file only gathers them, and says which tests may
+run side by side (`make test` runs two pytest-xdist workers with ``--dist loadgroup``)."""
 
+import atexit
 import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
 
 pytest_plugins = ["tests.fixtures_ssh", "tests.fixtures_lab", "tests.fixtures_fake", "tests.fixtures_slurm",
                   "tests.fixtures_server"]
@@ -8,3 +15,23 @@ pytest_plugins = ["tests.fixtures_ssh", "tests.fixtures_lab", "tests.fixtures_fa
 # every event a test's session writes must fit its payload (agent/payloads.py); the medic processes the tests
 # start inherit it
 os.environ["MEDIC_STRICT_EVENTS"] = "1"
+# a test that names no $MEDIC_HOME of its own still never meets another worker's sessions, nor the user's
+if "MEDIC_HOME" not in os.environ:
+    os.environ["MEDIC_HOME"] = tempfile.mkdtemp(prefix="medic-test-home-")
+    atexit.register(shutil.rmtree, os.environ["MEDIC_HOME"], True)
+
+# Modules that share something only one test may use at a time run on one worker, in file order: the one Slurm
+# cluster (its queue and node), and the host's libtcmalloc (CI removes it in test_first_contact_input; the
+# 0.18.1 session of test_env_remedies needs it, and runs first). Every other module is a group of its own, so
+# its module-scoped session (one real story shared by its tests) runs once.
+SHARED = {
+    "slurm": ("test_rank_logs", "test_slurm_jobs", "test_slurm_outcomes", "test_slurm_requeue", "test_slurm_session",
+              "test_env_remedies", "test_first_contact_input"),
+}
+GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = Path(str(item.fspath)).stem
+        item.add_marker(pytest.mark.xdist_group(GROUP_OF.get(module, module)))

@@ -1,9 +1,10 @@
 """The embedded lab for the tests: built (or reused) once per session at the default root, never skipped.
 
-``lab`` builds what is missing and fails the tests with the build's own message if that breaks;
-``pristine_lab`` puts pristine speculators back before a test; ``speculators_copy`` gives a repair context
-over copies of speculators' data-generation modules, asking the real lab venv; ``reference_output`` writes extraction
-outputs straight from transformers in the lab venv: one correct, one with wrong shapes, one with wrong values.
+``lab`` builds what is missing and fails the tests with the build's own message if that breaks; nothing writes
+to it. ``private_lab`` (``pristine_lab``) is a test's own hard-linked copy with pristine speculators;
+``speculators_copy`` gives a repair context over copies of speculators' data-generation modules, asking the real
+lab venv; ``reference_output`` writes extraction outputs straight from transformers in the lab venv: one correct,
+one with wrong shapes, one with wrong values.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ def lab_0181(lab: LabPaths) -> LabPaths:
 
 
 @pytest.fixture
-def pristine_lab(lab: LabPaths) -> LabPaths:
-    LabBuilder(lab).reset()
-    return lab
+def pristine_lab(private_lab: LabPaths) -> LabPaths:
+    """The lab with pristine speculators, this test's own: the tests run side by side (pytest-xdist) and the
+    shared lab, which others read, is never written by one."""
+    return private_lab
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """A session watched as a person would: `medic run` on the lab in a real terminal (tmux), `medic watch` from a
-second process through a pipe, `medic status --json`, and `--notify`, all on one lab session.
+second process through a pipe, `medic status --json`, and `--notify`, all on one lab session — the lab from
+pristine with the scan, held to the cascade (tests/lab_cascade.py) and `medic lab check`.
 
 At the terminal the panel must show, during a load, which launch of how many it is, the phase and an ETA
 (launch 2 learns it from launch 1's load); through the pipe every event is one plain line: no control code,
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from lab.build import LabPaths
 from tests.fixtures_fake import MEDIC
+from tests.lab_cascade import assert_the_cascade
 
 ROOT = Path(__file__).resolve().parents[1]
 PANEL_DURING_LOAD = re.compile(r"launch 2 of 12 \(target\) · phase (starting|importing|loading) for [\dhms. ]+, "
@@ -108,3 +110,9 @@ def test_the_panel_in_a_terminal_and_the_same_session_through_a_pipe(private_lab
     assert "hunter2" not in calls[0].read_text()
     recorded = [json.loads(line) for line in (traces / "term.jsonl").read_text().splitlines()[1:]]
     assert [e["data"]["event"] for e in recorded if e["kind"] == "notify"] == ["ended"]
+
+    # the session itself: the lab's cascade with the scan, as `medic run --lab` meets it, and a verified output
+    assert_the_cascade(recorded, (home / "sessions" / "term" / "report.md").read_text(), "scan")
+    check = subprocess.run([*MEDIC, "lab", "check", str(private_lab.output), "--path", str(private_lab.root)],
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0 and "VERIFIED" in check.stdout, check.stdout + check.stderr
