@@ -141,7 +141,7 @@ def test_a_layout_no_known_writer_uses_is_unverified_saying_what_it_would_need(t
     config = SessionConfig(session_id="hs-renamed", target=target)
     trace = TraceWriter(typed["base"] / "renamed.jsonl", {"session": "hs-renamed"}, Redactor())
     deps = Deps(host=LocalHost(), config=config, engine=RepairEngine(playbooks=[]), trace=trace)  # nothing to repair
-    out = validate({"run": {"n": 1, "kind": "target"}, "faults": []}, deps)  # type: ignore[typeddict-item]
+    out = validate({"run": {"n": 1, "kind": "target", "launcher": "detached"}, "faults": []}, deps)  # type: ignore[typeddict-item]
     assert out["outcome"] == "unverified" and not out.get("fault"), out
     report = out["validation"]
     assert report["readable"] is False

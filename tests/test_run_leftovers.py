@@ -96,7 +96,8 @@ def test_the_session_end_stops_what_is_left_of_its_runs(host: Host, tmp_path: Pa
     pids(tmp_path / "second", "stubborn", "grouped", "escaped")
     deps = make_deps_for(host, tmp_path)
     try:
-        end_runs({"launches": [{"n": 1, "run_dir": first.dir}, {"n": 2, "run_dir": second.dir}]}, deps)
+        end_runs({"launches": [{"n": 1, "kind": "target", "launcher": "detached", "run_dir": first.dir},
+                               {"n": 2, "kind": "target", "launcher": "detached", "run_dir": second.dir}]}, deps)
     finally:
         deps.trace.close()
     assert run_processes(first) == [] and run_processes(second) == []

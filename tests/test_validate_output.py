@@ -45,7 +45,7 @@ def deps_for(tmp_path: Path, python: str, command: list[str], *, validate_comman
 
 
 def target_state(**preflight: Any) -> dict[str, Any]:
-    return {"run": {"n": 1, "kind": "target"}, "faults": [], "preflight": preflight}
+    return {"run": {"n": 1, "kind": "target", "launcher": "detached"}, "faults": [], "preflight": preflight}
 
 
 def test_a_plain_validator_that_fails_is_a_fault_quoting_its_failing_lines_first(tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ def test_an_output_older_than_the_launch_is_never_verified(tmp_path: Path) -> No
     (run_dir / "pid").write_text("1234")
     deps = deps_for(tmp_path, sys.executable, ["python", "extract.py", "--out", str(out)],
                     validate_command=["python", "-c", "print('all good')"])
-    state = {**target_state(), "run": {"n": 2, "kind": "target", "run_dir": str(run_dir)}}
+    state = {**target_state(), "run": {"n": 2, "kind": "target", "launcher": "detached", "run_dir": str(run_dir)}}
     got = validate(state, deps)  # type: ignore[arg-type]
     assert got.get("outcome") is None, got.get("outcome_detail")
     fault = fault_from_dict(got["fault"])

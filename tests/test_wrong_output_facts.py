@@ -71,7 +71,7 @@ def judged(job: LabPaths, tmp_path: Path, validate: list[str] | None) -> tuple[D
     deps = Deps(host=LocalHost(), config=SessionConfig(session_id="wrong", target=target),
                 engine=RepairEngine(load_playbooks(BOOKS)),
                 trace=TraceWriter(tmp_path / "t.jsonl", {"session": "wrong"}, Redactor()))
-    state: dict[str, Any] = {"run": {"kind": "target", "n": 1}}
+    state: dict[str, Any] = {"run": {"kind": "target", "n": 1, "launcher": "detached"}}
     state.update(preflight(state, deps))  # type: ignore[arg-type]
     update = validate_output(state, deps)  # type: ignore[arg-type]
     assert update.get("fault"), update
