@@ -57,7 +57,7 @@ llm-server: lab
 # Two workers side by side (pytest-xdist): most tests wait on real processes (loads, polls, Slurm); tests/conftest.py
 # keeps the modules that share a resource on one worker.
 test: $(STAMP) system-deps lab lab-variants lab-server llm-server slurm-up
-	@$(BIN)/python -m pytest -q -n 2 --dist loadgroup; code=$$?; lab/slurm_down.sh; \
+	@$(BIN)/python -m pytest -q -n 2 --dist loadscope; code=$$?; lab/slurm_down.sh; \
 	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
 
 lint: $(STAMP)

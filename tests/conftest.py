@@ -1,5 +1,5 @@
 """Shared fixtures. Each family lives in its own module; this file only gathers them, and says which tests may
-run side by side (`make test` runs two pytest-xdist workers with ``--dist loadgroup``)."""
+run side by side (`make test` runs two pytest-xdist workers with ``--dist loadscope``)."""
 
 import atexit
 import os
@@ -22,8 +22,9 @@ if "MEDIC_HOME" not in os.environ:
 
 # Modules that share something only one test may use at a time run on one worker, in file order: the one Slurm
 # cluster (its queue and node), and the host's libtcmalloc (CI removes it in test_first_contact_input; the
-# 0.18.1 session of test_env_remedies needs it, and runs first). Every other module is a group of its own, so
-# its module-scoped session (one real story shared by its tests) runs once.
+# 0.18.1 session of test_env_remedies needs it, and runs first). Every other module is a unit of its own, so its
+# module-scoped session (one real story shared by its tests) runs once. (Not xdist_group marks: pytest 9 ignores
+# the node ids xdist's loadgroup rewrites, so the grouping lives in the scheduler.)
 SHARED = {
     "slurm": ("test_rank_logs", "test_slurm_jobs", "test_slurm_outcomes", "test_slurm_requeue", "test_slurm_session",
               "test_env_remedies", "test_first_contact_input"),
@@ -31,7 +32,16 @@ SHARED = {
 GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        module = Path(str(item.fspath)).stem
-        item.add_marker(pytest.mark.xdist_group(GROUP_OF.get(module, module)))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadscope`` (make test): a module per unit of work, the modules of SHARED together."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedResources(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return GROUP_OF.get(Path(module).stem, module)
+
+    return SharedResources(config, log)
