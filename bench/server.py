@@ -83,7 +83,9 @@ def run_pair(pair: ServerPair, work: Path, max_launches: int) -> Row:
         row.outcome, row.detail = "not built", str(err)
         return row
     session = f"bench-server-{pair.name}"
-    config = SessionConfig(session_id=session, target=lab_target(lab), traces_dir=str(work / "traces"),
+    # no --validate: medic holds the client's folder to the fp32 reference itself (tools/hs_job.py)
+    target = lab_target(lab).model_copy(update={"validate_command": None})
+    config = SessionConfig(session_id=session, target=target, traces_dir=str(work / "traces"),
                            budgets=Budgets(max_launches=max_launches))
     started = time.monotonic()
     outcome, _values = run_session(config)

