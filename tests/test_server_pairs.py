@@ -72,3 +72,20 @@ def test_the_client_keeps_its_torch_range_and_the_server_gives_constraints() -> 
                                 "Requires-Dist: uvicorn[standard]>=0.30\nRequires-Dist: torchaudio\n"
                                 "Requires-Dist: transformers<5.20.0,>=5.16.1\n", "2.13.0")
     assert server.splitlines() == ["uvicorn>=0.30", "transformers<5.20.0,>=5.16.1", "torch==2.13.0"]
+
+
+def test_the_base_a_pair_copies_follows_the_torch_its_server_pins(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import lab.server_pairs as pairs
+
+    monkeypatch.setattr(pairs, "LABS_ROOT", tmp_path)
+    first = tmp_path / "server-vllm-0.32.0_spec-0.9.0"
+    assert pairs.base_lab(ServerPair("0.8.1"), "2.13.0") == (first, "server", True)
+    assert pairs.base_lab(ServerPair("0.7.0.2", "0.31.0"), "2.13.0") == (first, "server", False)  # 0.31.0 goes in
+    assert pairs.base_lab(ServerPair("0.5.0", "0.26.0"), "2.11.0") == (None, "fresh", False)
+    assert pairs.base_lab(ServerPair("0.5.0", "0.19.1"), "2.10.0")[1:] == ("inprocess", True)
+    built = tmp_path / "server-vllm-0.26.0_spec-0.5.0"
+    (built / ".stamps").mkdir(parents=True)
+    (built / ".stamps" / "probe.json").write_text("{}")  # a built pair of the same server: its venv is shared
+    assert pairs.base_lab(ServerPair("0.6.0.2", "0.26.0"), "2.11.0") == (built, "server", True)
+    assert pairs.base_lab(ServerPair("0.5.0", "0.26.0"), "2.11.0") == (None, "fresh", False)  # never itself
