@@ -8,7 +8,11 @@ environment, itself says about this host, so no change to the caller can help.
   and the library has its own predicate ``is_K_available()``, which answers False here: pass its answer;
 - a stand-in short of a member: on this host the library swaps a real class for a stand-in
   (``torch.cuda.Event = _EventPlaceholder``) that lacks a member its callers use, and a sibling stand-in in the
-  same module defines that member: give the stand-in the same definition.
+  same module defines that member: give the stand-in the same definition;
+- a no-op stand-in short of a member: no sibling defines it, but every method the stand-in gives is a no-op
+  (the module's ``def noop(*args, **kwargs): pass``, or a lambda returning None: the library's word that these
+  calls do nothing on this host), and the caller calls the member for its effect alone (the call is a statement
+  of its own, its result unused): give it the same no-op.
 
 Unlike the drift repairs, which adapt the caller to the library, these edit the library's own files; the
 approval policy's ``file:``/``package:`` rules decide whether that may happen without a person.
@@ -248,3 +252,68 @@ def add_member(src: Source, target: ast.ClassDef, given: ast.stmt, attr: str) ->
     lines = [f"{indent}{body[0].lstrip()}", *(f"{indent}{line[cut:]}" for line in body[1:])]
     at = src.end(anchor)
     return replace_span(src.text, at, at, "\n" + "\n".join(lines))
+
+
+def noop_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    match = NO_ATTRIBUTE.search(fault.message)
+    frames = host_frames(ctx, fault)
+    if not match or fault.finding is not None or not frames:
+        return []
+    cls, attr = match["cls"], match["attr"]
+    caller = read_source(ctx, frames[0].file)
+    if caller is None or not called_for_effect(caller, frames[0].line, attr):
+        return []
+    for place in library_definitions(ctx, cls)[:5]:
+        src = read_source(ctx, place.path)
+        if src is None or place.kind != "class":
+            continue
+        stands_in = stand_ins(src)
+        target = next((c for c in stands_in if c.name == cls), None)
+        if target is None or any(member_of(c, attr) is not None for c in stands_in):
+            continue  # a sibling's definition is stand_in_member's answer
+        methods = init_methods(target)
+        if not methods or not all(is_noop(src, value) for _, value in methods):
+            continue
+        value = methods[0][1]
+        init = next(n for n in target.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        at = src.end(init.body[-1])
+        text = replace_span(src.text, at, at, f"\n{src.indent_of(init.body[-1].lineno)}self.{attr} = "
+                                              f"{ast.unparse(value)}")
+        replaced = ", ".join(stands_in[target])
+        why = (f"on this host the library puts its stand-in {cls} in place of {replaced}; every method it gives "
+               f"({', '.join(n for n, _ in methods)}) is the no-op {ast.unparse(value)}, and the caller calls {attr} "
+               f"for its effect alone: give {cls} the same no-op for {attr}")
+        return [candidate(ctx, {place.path: text}, origin="derived:platform:noop_member", rationale=why,
+                          evidence=[f"{place.path}:{target.lineno}: class {cls} (in place of {replaced})",
+                                    evidence_line(frames[0].file, frames[0].line, caller.line(frames[0].line))])]
+    return []
+
+
+def called_for_effect(src: Source, lineno: int, attr: str) -> bool:
+    """Whether line ``lineno`` is a statement of its own that calls ``….attr(…)`` and drops the result."""
+    return any(isinstance(node, ast.Expr) and node.lineno == lineno and isinstance(node.value, ast.Call)
+               and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == attr
+               for node in ast.walk(src.tree))
+
+
+def init_methods(cls: ast.ClassDef) -> list[tuple[str, ast.expr]]:
+    """The callables ``__init__`` gives (``self.x = some_function`` or ``self.x = lambda …``), by name."""
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    out: list[tuple[str, ast.expr]] = []
+    for stmt in init.body if init else []:
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)
+                and isinstance(stmt.value, ast.Name | ast.Lambda)):
+            out.append((stmt.targets[0].attr, stmt.value))
+    return out
+
+
+def is_noop(src: Source, value: ast.expr) -> bool:
+    """A lambda returning None, or a module function that takes any arguments and does nothing."""
+    if isinstance(value, ast.Lambda):
+        return isinstance(value.body, ast.Constant) and value.body.value is None
+    func = next((n for n in src.tree.body if isinstance(n, ast.FunctionDef) and n.name == getattr(value, "id", "")),
+                None)
+    if func is None or func.args.vararg is None or func.args.kwarg is None or func.args.args:
+        return False
+    body = [n for n in func.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    return all(isinstance(n, ast.Pass) or (isinstance(n, ast.Return) and n.value is None) for n in body)

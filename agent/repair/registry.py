@@ -55,6 +55,7 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),
     ("stand_in_member", derived_platform.stand_in_member),
+    ("noop_member", derived_platform.noop_member),
 )
 # Faults of the environment's packages: when one of these answers, it is the only answer (a distribution outside
 # the range the package declares is cured by installing that range, never by a code patch), asked before the rest.
