@@ -66,6 +66,14 @@ def touches_vllm(patch: PatchView) -> bool:
     return any(marker in f"/{path}" for path in patch.files for marker in VLLM_DIRS)
 
 
+def wrong_patch_ids(kept: list[PatchView], verified: bool, *, library_is_wrong: bool = True) -> set[str]:
+    """The kept patches that are wrong: every one of a session that did not verify; with ``library_is_wrong``
+    (the in-process labs, where the caller drifted) also any that edits vLLM itself. The server lab's repairs of
+    vLLM against its host are the library's own answer there (README), so bench/server.py passes False."""
+    wrong = {p.id for p in kept if library_is_wrong and touches_vllm(p)}
+    return wrong | ({p.id for p in kept} if not verified else set())
+
+
 def read_figures(result: PairResult, trace_path: Path) -> None:
     """Launches, patches, remedies and the outcome from a session's trace (agent/record/postmortem.py's summary)."""
     s = summarize(read_trace(trace_path))
@@ -76,10 +84,7 @@ def read_figures(result: PairResult, trace_path: Path) -> None:
     result.env_remedies = sum(1 for p in kept if is_env_remedy(p))
     result.code_patches = sum(1 for p in kept if not is_env_remedy(p))
     result.verified = s.outcome == "verified" and result.exit_code == 0
-    wrong = {p.id for p in kept if touches_vllm(p)}
-    if not result.verified:
-        wrong |= {p.id for p in kept}
-    result.wrong_patches = len(wrong)
+    result.wrong_patches = len(wrong_patch_ids(kept, result.verified))
     result.faults = [f"[{f.stage}] {f.summary.strip().splitlines()[0][:120] if f.summary.strip() else ''}"
                      for f in s.faults]
 

