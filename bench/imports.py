@@ -1,0 +1,121 @@
+"""The import graph of agent/ and tools/: ``python bench/imports.py``.
+
+Every import counts, those inside functions too (an import moved into a function to dodge a circle is still an
+arrow). Modules sit in layers, lowest first: tools → agent's data (state, config, payloads, …) → repair and llm
+→ codec, checks, faults and the record writers (trace, live view, panel, report) → launchers → deps,
+validation, approval, store → nodes → graph, session and the record readers (replay, postmortem, watch, trace
+file) → cli. An arrow to a higher layer "runs back up". Printed: each circle, each upward arrow, each node
+module importing another, and a last line
+``modules=<n> arrows=<n> cycles=<n> node_to_node=<n> upward=<n>``.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+READERS = {"replay", "replay_events", "replay_shards", "postmortem", "postmortem_html", "postmortem_server",
+           "postmortem_shards", "watch", "tracefile", "notify"}
+WRITERS = {"agent.codec", "agent.checks", "agent.faults", "agent.policy", "agent.record.trace", "agent.record.view",
+           "agent.record.panel", "agent.record.report", "agent.record.people"}
+
+
+def layer(module: str) -> int:
+    if module.startswith("tools"):
+        return 0
+    if module.startswith("agent.cli"):
+        return 8
+    if module in ("agent.graph", "agent.session") or (
+            module.startswith("agent.record.") and module.rsplit(".", 1)[-1] in READERS):
+        return 7
+    if module.startswith("agent.nodes"):
+        return 6
+    if module in ("agent.deps", "agent.validation", "agent.approval", "agent.store"):
+        return 5
+    if module.startswith("agent.launchers"):
+        return 4
+    if module in WRITERS:
+        return 3
+    if module.startswith(("agent.repair", "agent.llm")):
+        return 2
+    return 1
+
+
+def modules(root: Path) -> dict[str, Path]:
+    found = {}
+    for path in [*root.glob("agent/**/*.py"), *root.glob("tools/**/*.py")]:
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        found[name] = path
+    return found
+
+
+def arrows(found: dict[str, Path]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {m: set() for m in found}
+    for module, path in found.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+            for name in names:
+                while name and name not in found:
+                    name = name.rpartition(".")[0]
+                if name and name != module and not module.startswith(name + ".") and name not in ("agent", "tools"):
+                    out[module].add(name)
+    return out
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    sys.setrecursionlimit(10_000)
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def main() -> int:
+    found = modules(ROOT)
+    edges = arrows(found)
+    cycles = circles(edges)
+    node_to_node = [(a, b) for a in edges for b in edges[a] if a.startswith("agent.nodes.")
+                    and b.startswith("agent.nodes.")]
+    upward = [(a, b) for a in edges for b in edges[a] if layer(b) > layer(a)]
+    for part in cycles:
+        print("circle:", " ".join(part))
+    for a, b in node_to_node:
+        print("node imports node:", a, "->", b)
+    for a, b in upward:
+        print("runs back up:", a, "->", b)
+    print(f"modules={len(found)} arrows={sum(len(v) for v in edges.values())} cycles={len(cycles)} "
+          f"node_to_node={len(node_to_node)} upward={len(upward)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
