@@ -129,10 +129,11 @@ def run_ended(state: SessionState, record: LaunchRecord, outcome: str, ended: fl
 
 def poll(deps: Deps, handle: RunHandle, offset: int, last_status: float
          ) -> tuple[runs.LogChunk, runs.RunStatus, float]:
-    """New log bytes and the run's state. Status costs a whole command over SSH: ask it only when the log is
-    quiet and either STATUS_EVERY has passed or the exit file has appeared."""
+    """New log bytes and the run's state. Status costs a whole command over SSH: ask it once STATUS_EVERY has
+    passed, and sooner only when the log is quiet and the exit file has appeared. A log that never stops (a client
+    retrying a dead server prints for ever) still gets its status asked: that is where such a run is ended."""
     chunk = handle.follow(offset)
-    if chunk.data or (deps.clock() - last_status < STATUS_EVERY and not handle.ended_hint()):
+    if deps.clock() - last_status < STATUS_EVERY and (chunk.data or not handle.ended_hint()):
         return chunk, runs.RunStatus("running"), last_status
     return chunk, handle.status(), deps.clock()
 
