@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.codec import patch_to_dict, proposal_of
+from agent.decisions import set_aside
 from agent.deps import Deps
 from agent.state import CandidateData, PatchData, SessionState
 from tools.errors import PatchError, SessionError, UsageError
@@ -60,12 +61,12 @@ def answer_proposal(state: SessionState, deps: Deps, answer: Any) -> dict[str, A
     if action == "approve":  # who approved decides who takes a host step: a policy lets medic run it
         return {"proposal": {**proposal, "approved_by": str(answer.get("by", ""))}}
     if action == "reject":
-        return {"proposal": None, "tried": [*(state.get("tried") or []), patch_id]}
+        return set_aside(state, patch_id)
     try:
         edited = edited_patch(deps.host, proposal, answer.get("diff") or "")
     except PatchError as err:
         deps.record("patch_refused", "approve", {"patch_id": patch_id, "why": f"edited diff: {err}"})
-        return {"proposal": None, "tried": [*(state.get("tried") or []), patch_id]}
+        return set_aside(state, patch_id)
     return {"proposal": {**proposal, "patch": patch_to_dict(edited), "origin": edited.origin}}
 
 

@@ -20,10 +20,11 @@ from agent.codec import (
     patch_to_dict,
     proposal_of,
 )
+from agent.decisions import kept, set_aside, taken_off
 from agent.deps import Deps
 from agent.faults import NOT_FOUND
 from agent.repair.types import Candidate, RepairContext
-from agent.state import CandidateData, CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
+from agent.state import CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
 from tools.errors import PatchError
 from tools.patches import EnvEdit, Patch, apply_patch
 from tools.reverts import revert_stack
@@ -100,25 +101,6 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
 
 # What apply and revert decide about the state, apart from what they do on the host: replay
 # (agent/record/replay.py) makes the same updates from the recorded events through these.
-def kept(state: SessionState, proposal: CandidateData) -> dict[str, Any]:
-    """An applied patch joins the kept ones (once: an approve-mode edit replaces it), answering the newest fault."""
-    entry: KeptPatch = {**proposal, "fault_index": len(state.get("faults") or []) - 1}
-    patches = [p for p in state.get("patches") or [] if p["patch"]["id"] != proposal["patch"].get("id")]
-    return {"patches": [*patches, entry], "proposal": proposal}
-
-
-def set_aside(state: SessionState, patch_id: str) -> dict[str, Any]:
-    """A patch that was refused or rejected: tried for this fault, and no longer proposed."""
-    return {"tried": [*(state.get("tried") or []), patch_id], "proposal": None}
-
-
-def taken_off(state: SessionState, off: list[str]) -> dict[str, Any]:
-    """Reverted patches: no longer kept, tried for this fault, and their checks no longer wait for a launch."""
-    pending = [c for c in state.get("pending_checks") or [] if c.get("patch_id") not in off]
-    return {"patches": [p for p in state.get("patches") or [] if p["patch"]["id"] not in off],
-            "tried": [*(state.get("tried") or []), *off], "proposal": None, "pending_checks": pending}
-
-
 def resolved(ctx: RepairContext, cand: Candidate) -> Candidate:
     """The env edits that name a library get its file, now that the host steps have installed it."""
     from agent.repair.derived_env import LIBRARY_MEMO, find_library

@@ -37,8 +37,9 @@ from agent import graph
 from agent.checks import ADVISORY
 from agent.codec import check_from_dict, fault_from_dict
 from agent.config import SessionConfig
+from agent.decisions import kept, set_aside, taken_off
 from agent.faults import model_patch_failed, model_patch_newest, record_fault
-from agent.nodes.patching import kept, queue_checks, revert_index, set_aside, taken_off
+from agent.nodes.patching import queue_checks, revert_index
 from agent.nodes.watch import environment_checks, run_ended
 from agent.payloads import (
     ApprovalData,
