@@ -31,6 +31,7 @@ if str(ROOT) not in sys.path:  # `python bench/matrix.py` from anywhere
 
 from agent.record.postmortem import PatchView, summarize  # noqa: E402
 from agent.record.tracefile import read_trace  # noqa: E402
+from bench.table import table as bench_table  # noqa: E402
 from lab.build import LabBuilder, LabPaths, Variant  # noqa: E402
 from tools.errors import MedicError  # noqa: E402
 
@@ -127,18 +128,16 @@ def run_pair(variant: Variant, args: argparse.Namespace, home: Path) -> PairResu
     return result
 
 
+COLUMNS = [("pair", "<22"), ("verified", ">8"), ("exit", ">4"), ("target", ">6"), ("canary", ">6"), ("code", ">4"),
+           ("env", ">4"), ("wrong", ">5"), ("wall s", ">7.1f")]
+
+
 def table(results: list[PairResult]) -> list[str]:
-    head = (f"{'pair':<22} {'verified':>8} {'exit':>4} {'target':>6} {'canary':>6} {'code':>4} {'env':>4} "
-            f"{'wrong':>5} {'wall s':>7}  outcome")
-    lines = [head, "-" * len(head)]
-    for r in results:
-        pair = f"{r.variant.vllm}:{r.variant.speculators}"
-        code = "-" if r.exit_code is None else str(r.exit_code)
-        lines.append(f"{pair:<22} {'yes' if r.verified else 'NO':>8} {code:>4} {r.target:>6} {r.canary:>6} "
-                     f"{r.code_patches:>4} {r.env_remedies:>4} {r.wrong_patches:>5} {r.wall:>7.1f}  "
-                     f"{r.outcome}{' (FALSE SUCCESS: lab check fails)' if r.false_success else ''}: "
-                     f"{r.detail[:160]}")
-    return lines
+    return bench_table(COLUMNS, ([f"{r.variant.vllm}:{r.variant.speculators}", "yes" if r.verified else "NO",
+                                  "-" if r.exit_code is None else str(r.exit_code), r.target, r.canary,
+                                  r.code_patches, r.env_remedies, r.wrong_patches, r.wall,
+                                  f"{r.outcome}{' (FALSE SUCCESS: lab check fails)' if r.false_success else ''}: "
+                                  f"{r.detail[:160]}"] for r in results), "outcome")
 
 
 def totals(results: list[PairResult]) -> str:

@@ -39,6 +39,7 @@ from agent.record.postmortem_server import server_counts  # noqa: E402
 from agent.record.tracefile import read_trace  # noqa: E402
 from agent.session import run_session  # noqa: E402
 from bench.matrix import wrong_patch_ids  # noqa: E402
+from bench.table import table as bench_table  # noqa: E402
 from lab.build import LabPaths, clone_venv  # noqa: E402
 from lab.server_lab import ServerLabBuilder, ServerLabPaths, server_environ  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
@@ -107,15 +108,14 @@ def run_pair(pair: ServerPair, work: Path, max_launches: int) -> Row:
     return row
 
 
+COLUMNS = [("pair (spec:vllm)", "<18"), ("outcome", "<12"), ("loads", ">5"), ("naive", ">5"), ("client", ">6"),
+           ("faults", ">6"), ("patches", ">7"), ("wrong", ">5"), ("wall s", ">7.0f")]
+
+
 def table(rows: list[Row]) -> list[str]:
-    head = (f"{'pair (spec:vllm)':<18} {'outcome':<12} {'loads':>5} {'naive':>5} {'client':>6} {'faults':>6} "
-            f"{'patches':>7} {'wrong':>5} {'wall s':>7}  detail")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        outcome = "FALSE SUCC." if r.false_success else r.outcome
-        lines.append(f"{r.pair.speculators + ':' + r.pair.vllm:<18} {outcome:<12} {r.server_loads:>5} {r.naive:>5} "
-                     f"{r.client_runs:>6} {r.faults:>6} {r.patches:>7} {r.wrong:>5} {r.wall:>7.0f}  {r.detail[:200]}")
-    return lines
+    return bench_table(COLUMNS, ([f"{r.pair.speculators}:{r.pair.vllm}", "FALSE SUCC." if r.false_success
+                                  else r.outcome, r.server_loads, r.naive, r.client_runs, r.faults, r.patches,
+                                  r.wrong, r.wall, r.detail[:200]] for r in rows), "detail")
 
 
 def matrix(pairs: list[ServerPair], work: Path, max_launches: int) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent.record.trace import TraceWriter
-from bench.matrix import PairResult, read_figures, totals
+from bench.matrix import PairResult, read_figures, table, totals
 from lab.build import (
     DEFAULT_ROOT,
     LABS_ROOT,
@@ -162,3 +162,16 @@ def test_matrix_counts_launches_patches_and_wrong_ones(tmp_path: Path) -> None:
 
     lied = PairResult(variant=Variant("0.19.1", "0.3.0"), lab=tmp_path, exit_code=0, false_success=True)
     assert totals([good, bad, lied]) == "pairs_verified=1/3 wrong_patches=3 false_success=1"
+
+
+def test_matrix_table_lines_up_under_its_header(tmp_path: Path) -> None:
+    done = PairResult(variant=Variant(), lab=tmp_path, exit_code=0, outcome="verified", detail="ok", verified=True,
+                      target=2, wall=61.25)
+    lied = PairResult(variant=Variant("0.19.1", "0.3.0"), lab=tmp_path, outcome="verified", false_success=True)
+    head, rule, *rows = table([done, lied])
+    assert head.split() == ["pair", "verified", "exit", "target", "canary", "code", "env", "wrong", "wall", "s",
+                            "outcome"]
+    assert rule == "-" * len(head)
+    assert rows[0].split()[:9] == ["0.16.0:0.3.0", "yes", "0", "2", "0", "0", "0", "0", "61.2"]
+    assert rows[0].index("61.2") + len("61.2") == head.index("wall s") + len("wall s")  # right-aligned under it
+    assert rows[1].split()[1:3] == ["NO", "-"] and "FALSE SUCCESS" in rows[1]
