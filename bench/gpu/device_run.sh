@@ -64,21 +64,48 @@ install_envs() {
 }
 
 probe() {
-    "$G/tvenv/bin/python" - <<'EOF' 2>&1 | tail -20
-import importlib.metadata as md, torch
+    LOOP=$(loop) "$G/tvenv/bin/python" - <<'EOF' 2>&1 | tail -20
+import importlib.metadata as md, os, torch
 print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "-")
-for name in ("vllm", "speculators", "transformers", "huggingface-hub", "tokenizers", "pydantic", "numpy", "numba"):
+for name in ("vllm", "speculators", "hs-connectors", "transformers", "huggingface-hub", "tokenizers", "pydantic", "numpy", "numba"):
     try: print(name, md.version(name))
     except Exception as exc: print(name, "missing", exc)
-import vllm, speculators.data_generation.vllm_hidden_states_generator  # noqa: F401  the driver's imports
+import vllm, speculators  # noqa: F401
+if os.environ["LOOP"] == "server":
+    import speculators.cli.generate_offline_data  # noqa: F401  the client's imports
+    import vllm.entrypoints.openai.api_server  # noqa: F401  the server's
+else:
+    import speculators.data_generation.vllm_hidden_states_generator  # noqa: F401  the driver's imports
 print("imports ok")
 EOF
     "$G/mvenv/bin/medic" --help >/dev/null && echo "medic ok: $("$G/mvenv/bin/python" -c 'import importlib.metadata as m; print(m.version("medic"))')"
 }
 
+loop() { cat "$G/bundle/job/loop" 2>/dev/null || echo inprocess; }
+
+# the user's job, as a stranger types it: in the job folder, relative paths, medic's own validation (no
+# --validate), unattended. In process: the lab's driver, the canary on a tiny model of the job's architecture.
+# Server loop: the README's server example — vLLM's hidden-state server (speculators' default layer ids for 8
+# layers, as its launch_vllm.py picks them) and the speculators CLI, both the target env's, the venv not activated.
+job_command() {  # prints the command line, each word shell-quoted
+    local medic=$1 session=$2 words
+    words=("$medic" run --session "$session" --python "$G/tvenv/bin/python" --workdir . --max-launches 6 --max-wall 1500)
+    if [ "$(loop)" = server ]; then
+        local spec='{"method":"extract_hidden_states","num_speculative_tokens":1,"draft_model_config":{"hf_config":{"eagle_aux_hidden_state_layer_ids":[2,4,5,8]}}}'
+        local kv='{"kv_connector":"ExampleHiddenStatesConnector","kv_role":"kv_producer","kv_connector_extra_config":{"shared_storage_path":"staging"}}'
+        words+=(--server "python -m vllm.entrypoints.cli.main serve model --speculative_config '$spec' --kv_transfer_config '$kv' --host 127.0.0.1 --port {port} --max-model-len 512"
+                -- speculators generate-offline-data --endpoint "http://127.0.0.1:{port}/v1" --model model
+                --preprocessed-data data/prepared --output hs --concurrency 2)
+    else
+        words+=(--canary-model model -- python extract.py --model model --out hidden_states.pt)
+    fi
+    printf '%q ' "${words[@]}"
+}
+
 start_medic() {
     [ -f "$SESSION_FILE" ] && return 0
-    rm -rf "$JOB" && mkdir -p "$JOB" && cp "$G/bundle/job/extract.py" "$JOB/" && cp -r "$G/bundle/job/model" "$JOB/model"
+    rm -rf "$JOB" && mkdir -p "$JOB" && cp -r "$G/bundle/job/model" "$JOB/model"
+    if [ "$(loop)" = server ]; then cp -r "$G/bundle/job/data" "$JOB/data"; else cp "$G/bundle/job/extract.py" "$JOB/"; fi
     if [ "$TP" -gt 1 ]; then  # the user's driver asks speculators' generator for TP ranks (its own keyword)
         sed -i "s/max_model_len=256)/max_model_len=256, tensor_parallel_size=$TP)/" "$JOB/extract.py"
         grep -q "tensor_parallel_size=$TP" "$JOB/extract.py" || die "could not set tensor_parallel_size in the driver"
@@ -86,13 +113,10 @@ start_medic() {
     local session; session=gpu-$(date -u +%Y%m%d-%H%M%S)
     echo "$session" > "$SESSION_FILE"
     date +%s > "$G/medic.t0"
-    # as a stranger types it: in the job folder, relative paths, medic's own validation (no --validate), the
-    # canary on a tiny model of the job's architecture; unattended
-    ( cd "$JOB" && setsid bash -c "'$G/mvenv/bin/medic' run --session $session --python '$G/tvenv/bin/python' \
-        --workdir . --canary-model model --max-launches 6 --max-wall 1500 \
-        -- python extract.py --model model --out hidden_states.pt > '$G/medic.log' 2>&1; echo \$? > '$G/medic.rc'" \
-        < /dev/null > /dev/null 2>&1 & )
-    echo "started medic session $session in $JOB"
+    { echo "cd '$JOB'"; echo "$(job_command "$G/mvenv/bin/medic" "$session") > '$G/medic.log' 2>&1"
+      echo "echo \$? > '$G/medic.rc'"; } > "$G/job.sh"
+    ( setsid bash "$G/job.sh" < /dev/null > /dev/null 2>&1 & )
+    echo "started medic session $session in $JOB:"; tail -n +2 "$G/job.sh" | head -1
 }
 
 wait_medic() {
@@ -113,7 +137,12 @@ report() {
     cp "$trace" "$OUT/" 2>/dev/null
     ( cd "$JOB" && "$G/mvenv/bin/medic" postmortem "traces/$session.jsonl" ) > "$OUT/postmortem.txt" 2>&1
     ( cd "$JOB" && "$G/mvenv/bin/medic" replay "traces/$session.jsonl" ) > "$OUT/replay.txt" 2>&1; echo "replay exit $?" >> "$OUT/replay.txt"
-    ( cd "$JOB" && "$G/tvenv/bin/python" "$G/bundle/job/check.py" hidden_states.pt --model model ) > "$OUT/check.txt" 2>&1
+    if [ "$(loop)" = server ]; then
+        ( cd "$JOB" && "$G/tvenv/bin/python" "$G/bundle/job/check_server.py" hs --model model --dataset data/prepared \
+            --layers 2,4,5,8 ) > "$OUT/check.txt" 2>&1
+    else
+        ( cd "$JOB" && "$G/tvenv/bin/python" "$G/bundle/job/check.py" hidden_states.pt --model model ) > "$OUT/check.txt" 2>&1
+    fi
     echo "check.py exit $?" >> "$OUT/check.txt"
     "$G/mvenv/bin/python" "$G/bundle/run/summarize.py" "$trace" --exit "$rc" --wall "$wall" \
         --log "$G/medic.log" --probe "$OUT/setup.log" > "$OUT/summary.md" 2>&1

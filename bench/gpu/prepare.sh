@@ -2,7 +2,8 @@
 # Prepare HERE everything medic's GPU run needs on the H200 (no network there), in pieces the device tool
 # carries: each call sends the checkout it was started in (CARRY_REPO) plus the paths named in `carry`, ≤ 64 MiB.
 #
-#   bash bench/gpu/prepare.sh            # idempotent; downloads cached under $GPU_CACHE
+#   bash bench/gpu/prepare.sh               # idempotent; downloads cached under $GPU_CACHE
+#   LOOP=server bash bench/gpu/prepare.sh   # the server loop: vLLM's hidden-state server + speculators 0.9.0 client
 #
 # It writes $CARRY_REPO/.gpu/ (ignored through that repo's .git/info/exclude, never committed):
 #   .gpu/p01 … .gpu/pNN   ≤ 50 MB each: one tar split in pieces (vLLM, its wheels, speculators, medic, the model)
@@ -11,20 +12,31 @@
 #
 # What goes: vLLM 0.20.2 (torch 2.11 / CUDA 13, as the image's torch) unpacked, without its FA2 extension (FA3
 # serves Hopper) as tar.xz; the wheels of its and speculators' needs that the image lacks (bench/gpu/device_has.txt)
-# or holds in versions speculators 0.3.0 cannot import with (FORCE); pristine speculators 0.3.0; medic's wheel
-# from this tree and medic's own dependency wheels (its own venv there: vLLM wants another openai); the lab's
-# tiny model, driver and checker.
+# or holds in versions speculators 0.3.0 cannot import with (FORCE); pristine speculators (0.3.0 in process;
+# 0.9.0 and hs-connectors 0.9.0 for the server loop, on the image's transformers); medic's wheel from this tree
+# and medic's own dependency wheels (its own venv there: vLLM wants another openai); the lab's tiny model and
+# checker, with the in-process driver or the server lab's dataset.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 TREE=$(cd "$HERE/../.." && pwd)                            # medic's tree: the wheel is built from here
 CARRY_REPO=${CARRY_REPO:-/work/main}                       # the checkout the device tool sends
 CACHE=${GPU_CACHE:-$HOME/.cache/medic/gpu}
 LAB=${LAB:-$HOME/.cache/medic/lab}
-PY312=${PY312:-$(command -v python3.12 || true)}
 PIECE_BYTES=50000000
 VLLM=0.20.2
-FORCE="transformers==4.57.* huggingface-hub==0.36.* tokenizers==0.22.*"
-SPEC_NEEDS="loguru pydantic-settings datasets accelerate typer-slim httpx[http2]"  # deepspeed: training only
+LOOP=${LOOP:-inprocess}                                    # inprocess (speculators 0.3.0) | server (0.9.0 client)
+SERVER_LAB=${SERVER_LAB:-$HOME/.cache/medic/labs/server-vllm-0.32.0_spec-0.9.0}
+case $LOOP in
+inprocess)  # speculators 0.3.0 cannot import with the image's transformers 5.17: carry 4.57 and its hub
+    FORCE="transformers==4.57.* huggingface-hub==0.36.* tokenizers==0.22.*"
+    PINS=""
+    SPEC_NEEDS="loguru pydantic-settings datasets accelerate typer-slim httpx[http2]" ;;  # deepspeed: training only
+server)     # speculators ≥ 0.5 wants transformers ≥ 5: the image's 5.17 serves server and client alike
+    FORCE=""
+    PINS="transformers==5.17.*"                            # resolve against the image's version, carry none
+    SPEC_NEEDS="" ;;
+*) echo "prepare: LOOP=$LOOP: inprocess or server" >&2; exit 1 ;;
+esac
 # big GPU kernel libraries this job never imports (other attention backends, FA4's DSL); xgrammar stays: vLLM's
 # engine core imports it (a class annotation), as the import tried here in the py312 venv showed
 SKIP="vllm flashinfer-cubin flashinfer-python tilelang nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base
@@ -33,7 +45,24 @@ torch-c-dlpack-ext"
 PLATFORM="--only-binary=:all:"
 
 die() { echo "prepare: $*" >&2; exit 1; }
-[ -n "$PY312" ] || die "needs a python3.12 (the device's Python) to resolve and download cp312 wheels"
+
+# A Python 3.12 that runs (the device's Python: pip resolves cp312 wheels with it). A `python3.12` on PATH may
+# be a version manager's shim that fails ("command not found" for a version not selected), so each candidate
+# must answer, and the versions such managers keep are tried too.
+py312_works() { [ -n "$1" ] && "$1" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; }
+find_py312() {
+    local c
+    if [ -n "${PY312:-}" ]; then py312_works "$PY312" && { echo "$PY312"; return; }
+        die "PY312=$PY312 is not a working Python 3.12"; fi
+    for c in "$(command -v python3.12 || true)" /usr/bin/python3.12 /usr/local/bin/python3.12 \
+             "$HOME"/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.local/share/uv/python/cpython-3.12*/bin/python3.12 \
+             "$(command -v uv >/dev/null && uv python find 3.12 2>/dev/null || true)"; do
+        py312_works "$c" && { echo "$c"; return; }
+    done
+    die "no working Python 3.12 found (tried python3.12 on PATH, /usr/bin, /usr/local/bin, pyenv's and uv's versions); name one: PY312=/path/to/python3.12 bash bench/gpu/prepare.sh"
+}
+PY312=$(find_py312)
+echo "python 3.12: $PY312"
 [ -d "$CARRY_REPO/.git" ] || [ -f "$CARRY_REPO/.git" ] || die "CARRY_REPO=$CARRY_REPO is not a git checkout"
 [ -d "$LAB/model-tiny" ] || die "no lab model at $LAB/model-tiny (medic lab build)"
 mkdir -p "$CACHE"
@@ -61,35 +90,44 @@ if [ ! -f "$CACHE/vllm-tree.tar.xz" ]; then
     tar -cf - -C "$CACHE/vllm-tree" . | xz -T0 -6 > "$CACHE/vllm-tree.tar.xz.tmp"
     mv "$CACHE/vllm-tree.tar.xz.tmp" "$CACHE/vllm-tree.tar.xz"
 fi
-spec=$(ls "$LAB"/../labs/*/wheels/speculators-0.3.0-py3-none-any.whl 2>/dev/null | head -1 || true)
-if [ -z "$spec" ]; then
-    mkdir -p "$CACHE/spec" && "$PIP" download -q --no-deps -d "$CACHE/spec" speculators==0.3.0
-    spec=$(ls "$CACHE"/spec/speculators-0.3.0-*.whl)
-fi
+# pristine speculators (and, for the server client, the hs-connectors release it pins): a lab's wheel, else PyPI's
+case $LOOP in inprocess) clients="speculators==0.3.0" ;; server) clients="speculators==0.9.0 hs-connectors==0.9.0" ;; esac
+spec=""
+for want in $clients; do
+    name=${want%%==*}; file=$(echo "$name" | tr - _)-${want##*==}-py3-none-any.whl
+    found=$(ls "$LAB"/../labs/*/wheels/"$file" "$CACHE"/spec/"$file" 2>/dev/null | head -1 || true)
+    if [ -z "$found" ]; then
+        mkdir -p "$CACHE/spec" && "$PIP" download -q --no-deps -d "$CACHE/spec" "$want"
+        found=$(ls "$CACHE"/spec/"$file")
+    fi
+    spec="$spec $found"
+done
 
 # the target's wheels: the resolved closure, less what the image has (unless forced) and the skipped kernels
-if [ ! -f "$CACHE/target-wheels/.done" ]; then
+TW=$CACHE/target-wheels-$LOOP
+if [ ! -f "$TW/.done" ]; then
     # shellcheck disable=SC2086
-    "$PIP" install -q --dry-run --only-binary=:all: --report "$CACHE/target-report.json" \
-        "$CACHE"/vllm/vllm-$VLLM-*.whl "$spec" $FORCE $SPEC_NEEDS torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0
-    "$CACHE/py312/bin/python" - "$CACHE" "$HERE/device_has.txt" "$FORCE" "$SKIP" <<'EOF'
+    "$PIP" install -q --dry-run --only-binary=:all: --report "$TW.json" \
+        "$CACHE"/vllm/vllm-$VLLM-*.whl $spec $FORCE $PINS $SPEC_NEEDS torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0
+    "$CACHE/py312/bin/python" - "$TW" "$HERE/device_has.txt" "$FORCE" "$SKIP" <<'EOF'
 import json, re, sys
-cache, has_file, force, skip = sys.argv[1:]
+tw, has_file, force, skip = sys.argv[1:]
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
 has = {norm(w) for line in open(has_file) if not line.startswith("#") for w in line.split()}
 forced = {norm(re.split(r"[=<>]", f)[0]) for f in force.split()}
-skipped = {norm(w) for w in skip.split()} | {"torch", "torchvision", "torchaudio", "speculators"}
-report = json.load(open(f"{cache}/target-report.json"))
+skipped = {norm(w) for w in skip.split()} | {"torch", "torchvision", "torchaudio", "speculators", "hs-connectors"}
+report = json.load(open(f"{tw}.json"))
 want = [f"{i['metadata']['name']}=={i['metadata']['version']}" for i in report["install"]
         if norm(i["metadata"]["name"]) not in skipped
         and (norm(i["metadata"]["name"]) not in has or norm(i["metadata"]["name"]) in forced)]
-open(f"{cache}/target-want.txt", "w").write("\n".join(want) + "\n")
+open(f"{tw}.want", "w").write("\n".join(want) + "\n")
 print(f"target wheels: {len(want)}")
 EOF
-    rm -rf "$CACHE/target-wheels" && mkdir -p "$CACHE/target-wheels"
-    "$PIP" download -q --no-deps $PLATFORM -d "$CACHE/target-wheels" -r "$CACHE/target-want.txt"
-    cp "$spec" "$CACHE/target-wheels/"
-    touch "$CACHE/target-wheels/.done"
+    rm -rf "$TW" && mkdir -p "$TW"
+    "$PIP" download -q --no-deps $PLATFORM -d "$TW" -r "$TW.want"
+    # shellcheck disable=SC2086
+    cp $spec "$TW/"
+    touch "$TW/.done"
 fi
 
 # medic: its wheel from this tree (always fresh) and its own needs for cp312
@@ -101,10 +139,17 @@ rm -rf "$CACHE/medic-wheels" && mkdir -p "$CACHE/medic-wheels"
 B=$CACHE/bundle
 rm -rf "$B" && mkdir -p "$B/job" "$B/run"
 ln "$CACHE/vllm-tree.tar.xz" "$B/vllm-tree.tar.xz" 2>/dev/null || cp "$CACHE/vllm-tree.tar.xz" "$B/"
-cp -r "$CACHE/target-wheels" "$B/target-wheels" && rm -f "$B/target-wheels/.done"
+cp -r "$TW" "$B/target-wheels" && rm -f "$B/target-wheels/.done"
 cp -r "$CACHE/medic-wheels" "$B/medic-wheels"
 cp -r "$LAB/model-tiny" "$B/job/model"
-cp "$TREE/lab/target/extract.py" "$TREE/lab/target/check.py" "$B/job/"
+echo "$LOOP" > "$B/job/loop"
+if [ "$LOOP" = server ]; then  # the client's dataset (rows of the tiny model's tokenizer) and the lab's checker
+    [ -d "$SERVER_LAB/data/prepared" ] || die "no server lab dataset at $SERVER_LAB/data/prepared (medic lab build --flavour server)"
+    mkdir -p "$B/job/data" && cp -r "$SERVER_LAB/data/prepared" "$B/job/data/prepared"
+    cp "$TREE/lab/target/check_server.py" "$B/job/"
+else
+    cp "$TREE/lab/target/extract.py" "$TREE/lab/target/check.py" "$B/job/"
+fi
 cp "$HERE/summarize.py" "$B/run/"
 (cd "$B" && find . -type f | sort > MANIFEST)
 C=$CARRY_REPO/.gpu
