@@ -46,22 +46,7 @@ PLATFORM="--only-binary=:all:"
 
 die() { echo "prepare: $*" >&2; exit 1; }
 
-# A Python 3.12 that runs (the device's Python: pip resolves cp312 wheels with it). A `python3.12` on PATH may
-# be a version manager's shim that fails ("command not found" for a version not selected), so each candidate
-# must answer, and the versions such managers keep are tried too.
-py312_works() { [ -n "$1" ] && "$1" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; }
-find_py312() {
-    local c
-    if [ -n "${PY312:-}" ]; then py312_works "$PY312" && { echo "$PY312"; return; }
-        die "PY312=$PY312 is not a working Python 3.12"; fi
-    for c in "$(command -v python3.12 || true)" /usr/bin/python3.12 /usr/local/bin/python3.12 \
-             "$HOME"/.pyenv/versions/3.12*/bin/python3.12 "$HOME"/.local/share/uv/python/cpython-3.12*/bin/python3.12 \
-             "$(command -v uv >/dev/null && uv python find 3.12 2>/dev/null || true)"; do
-        py312_works "$c" && { echo "$c"; return; }
-    done
-    die "no working Python 3.12 found (tried python3.12 on PATH, /usr/bin, /usr/local/bin, pyenv's and uv's versions); name one: PY312=/path/to/python3.12 bash bench/gpu/prepare.sh"
-}
-PY312=$(find_py312)
+PY312=$(bash "$HERE/find_py312.sh") || exit 1
 echo "python 3.12: $PY312"
 [ -d "$CARRY_REPO/.git" ] || [ -f "$CARRY_REPO/.git" ] || die "CARRY_REPO=$CARRY_REPO is not a git checkout"
 [ -d "$LAB/model-tiny" ] || die "no lab model at $LAB/model-tiny (medic lab build)"
