@@ -26,11 +26,12 @@ from tools.redact import Redactor
 VAR = "VLLM_WORKER_MULTIPROC_METHOD"
 
 
-def context(lab: LabPaths, device: str | None, job_env: dict[str, str] | None = None) -> RepairContext:
+def context(lab: LabPaths, device: str | None, job_env: dict[str, str] | None = None,
+            server: tuple[str, ...] = ()) -> RepairContext:
     site = str(lab.site_packages())
     return RepairContext(host=LocalHost(), python=str(lab.python), roots=(site, str(lab.work)),
                          site_packages=(site,), workdir=str(lab.work), device=device,
-                         job_env={**RUN_ENV, **(job_env or {})})
+                         job_env={**RUN_ENV, **(job_env or {})}, server_command=server)
 
 
 def test_the_scan_reads_the_start_method_demand_of_a_cuda_target(lab: LabPaths) -> None:
@@ -47,6 +48,20 @@ def test_no_finding_where_the_job_already_spawns_or_runs_on_cpu(lab: LabPaths) -
                 and f.finding.kind == "env_choice"]
     assert not [f for f in environment_drift(context(lab, None), []) if f.finding  # this machine: no GPU
                 and f.finding.kind == "env_choice"]
+
+
+def test_no_finding_for_a_server_started_by_the_library_cli_which_spawns_itself(lab: LabPaths) -> None:
+    """vLLM's CLI sets the start method to spawn where the environment leaves it unset (its cli_env_setup, read
+    in the installed source): a `vllm serve` server never forks a worker, so the scan predicts nothing (seen on
+    the H200: the prediction set the variable for a server that needed nothing)."""
+    def choices(**kw: Any) -> list[tuple[str, str]]:
+        return [(f.finding.callee, f.finding.name) for f in environment_drift(context(lab, "cuda", **kw), [])
+                if f.finding and f.finding.kind == "env_choice"]
+
+    assert choices(server=("python", "-m", "vllm.entrypoints.cli.main", "serve", "model")) == []
+    assert choices(server=("vllm", "serve", "model")) == []  # the env's console script: the same entry module
+    assert choices(server=("vllm", "serve", "model"), job_env={VAR: "fork"}) == [(VAR, "spawn")]  # chosen: kept
+    assert choices(server=("python", "-m", "http.server")) == [(VAR, "spawn")]  # an entry that sets nothing
 
 
 def test_a_cuda_job_meets_it_in_the_scan_not_in_a_launch(lab: LabPaths, tmp_path: Path) -> None:

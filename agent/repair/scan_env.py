@@ -18,6 +18,7 @@ from agent.repair.context import read_source
 from agent.repair.derived_env import QUOTED, choices_asked
 from agent.repair.edits import Source
 from agent.repair.env_checks import env_checks, message_template
+from agent.repair.scan_platform import server_entries
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -113,7 +114,7 @@ def start_method_drift(ctx: RepairContext, job_env: dict[str, str]) -> list[Faul
         for choice, wanted in choices_asked(ctx, message):
             if choice.var not in job_env:
                 job_env[choice.var] = host_value(ctx.host, choice.var)
-            if job_env[choice.var] == wanted:
+            if job_env[choice.var] == wanted or (not job_env[choice.var] and entry_sets(ctx, choice.var, wanted)):
                 continue
             func = src.enclosing_function(raised.lineno) if src else None
             faults.append(Fault(
@@ -125,3 +126,42 @@ def start_method_drift(ctx: RepairContext, job_env: dict[str, str]) -> list[Faul
                              f"{job_env[choice.var] or choice.default!r} forks its workers"),
                 finding=Finding("env_choice", callee=choice.var, name=wanted, detail=f"{choice.path}:{choice.line}")))
     return faults
+
+
+def entry_sets(ctx: RepairContext, var: str, wanted: str) -> bool:
+    """The job's server starts at a library entry that itself sets ``var`` to ``wanted`` where the environment
+    leaves it unset (vLLM's CLI: ``os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"`` in the setup its
+    ``main`` calls): its workers are not forked, so there is nothing to predict. Read in the entry module and in
+    the library functions it calls by a name it imports (one call deep)."""
+    for path in server_entries(ctx) if ctx.server_command else []:
+        src = read_source(ctx, path)
+        if src is None:
+            continue
+        if sets_env(src.tree, var, wanted):
+            return True
+        for module, name in called_imports(src.tree):
+            try:
+                callee = read_source(ctx, src_tools.module_path(ctx.host, ctx.python, module))
+            except MedicError:
+                continue
+            defs = [n for n in ast.walk(callee.tree) if isinstance(n, ast.FunctionDef) and n.name == name
+                    ] if callee else []
+            if any(sets_env(d, var, wanted) for d in defs):
+                return True
+    return False
+
+
+def sets_env(tree: ast.AST, var: str, wanted: str) -> bool:
+    """``os.environ["VAR"] = "wanted"`` somewhere in ``tree``."""
+    return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value == wanted
+               and any(isinstance(t, ast.Subscript) and ast.unparse(t.value) == "os.environ"
+                       and isinstance(t.slice, ast.Constant) and t.slice.value == var for t in n.targets)
+               for n in ast.walk(tree))
+
+
+def called_imports(tree: ast.AST) -> list[tuple[str, str]]:
+    """(module, function) for each call of a name the module imports with ``from M import f`` (at any depth)."""
+    imported = {alias.asname or alias.name: (n.module, alias.name) for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module and n.level == 0 for alias in n.names}
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    return [imported[name] for name in sorted(called) if name in imported]

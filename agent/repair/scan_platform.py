@@ -30,10 +30,8 @@ CLASS_NAME = re.compile(r"^[A-Z][A-Za-z0-9]+$")
 EXPECTS_FAILURE = {"PackageNotFoundError", "Exception", "BaseException", "ImportError"}
 
 
-def server_modules(ctx: RepairContext) -> list[str]:
-    """Files of the library modules the server command starts or names (memoized: the command is fixed)."""
-    if "server_modules" in ctx.memo:
-        return list(ctx.memo["server_modules"])
+def server_entries(ctx: RepairContext) -> list[str]:
+    """Files of the library modules the server command starts: ``-m M``, or the module its console script runs."""
     command = list(ctx.server_command)
     modules = [command[i + 1] for i, word in enumerate(command[:-1]) if word == "-m"]
     if command and env_scripts.is_bare(command[0]):  # `vllm serve …`: the module its console script starts
@@ -45,6 +43,15 @@ def server_modules(ctx: RepairContext) -> list[str]:
             paths.append(src_tools.module_path(ctx.host, ctx.python, module))
         except MedicError:
             continue
+    return paths
+
+
+def server_modules(ctx: RepairContext) -> list[str]:
+    """Files of the library modules the server command starts or names (memoized: the command is fixed)."""
+    if "server_modules" in ctx.memo:
+        return list(ctx.memo["server_modules"])
+    command = list(ctx.server_command)
+    paths = server_entries(ctx)
     for name in dict.fromkeys(n for word in command for n in named_classes(word)):
         paths += [p.path for p in library_definitions(ctx, name)[:2] if p.kind == "class"]
     ctx.memo["server_modules"] = list(dict.fromkeys(paths))

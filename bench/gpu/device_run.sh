@@ -146,6 +146,8 @@ report() {
     echo "check.py exit $?" >> "$OUT/check.txt"
     "$G/mvenv/bin/python" "$G/bundle/run/summarize.py" "$trace" --exit "$rc" --wall "$wall" \
         --log "$G/medic.log" --probe "$OUT/setup.log" > "$OUT/summary.md" 2>&1
+    # every launch's log (server and client runs), for what the summary does not say
+    ( cd "$JOB" && find .medic -path '*/runs/*' -name log -print0 | tar -czf "$OUT/run-logs.tar.gz" --null -T - ) 2>/dev/null
     cat "$OUT/summary.md"; tail -3 "$OUT/check.txt"
 }
 
