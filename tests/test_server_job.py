@@ -158,6 +158,9 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     clients = [launch for launch in values["launches"] if launch["kind"] == "target"]
     assert len(values["servers"]) == 1 and len(clients) == 2  # server_loads == 1, client_runs == 2
     assert all(c["launcher"] == "detached" and c["client_of"]["server"] == 1 for c in clients)
+    ready_at = next(json.loads(line)["ts"] for line in trace.read_text().splitlines()
+                    if '"event": "ready"' in line)
+    assert clients[0]["started"] >= ready_at  # a client run's time is its own, not its server's load
     first, second = values["faults"][:2]
     assert first["side"] == "client" and "fs" in first["message"]
     assert values["patches"][0]["patch"]["files"][0]["path"].endswith(GENERATE)

@@ -53,7 +53,7 @@ class ServerLauncher:
                                                   "run_dir": crashed["run_dir"]})
             return {**server_update, "launches": [*(state.get("launches") or []), crashed], "run": crashed}
         command, server_update = for_client(plan.command, server_update, self.deps)
-        client = replace(plan, command=command)
+        client = replace(plan, command=command, started=self.deps.clock())  # its time is its own, not its server's
         update = self.inner.start(state, client, {**WIDE_CONSOLE, **(env_base or {})})
         server = server_update["servers"][-1]
         record: LaunchRecord = update["run"].copy()
