@@ -131,6 +131,7 @@ class Summary:
     outcome: str = "unfinished"
     detail: str = "the trace has no exit event: the session did not finish (or is still running)"
     problem: str | None = None
+    two_process: bool = False  # a server + client job: the model loads in the server (postmortem_server.py)
 
     @property
     def targets(self) -> list[LaunchView]:
@@ -156,8 +157,9 @@ class Summary:
     def loads(self) -> list[str]:
         """Target loads and canary runs, each counted apart: a canary loads a tiny model, not the target."""
         loaded, wasted = [t for t in self.targets if t.loaded], [t for t in self.targets if t.wasted]
-        out = [f"target loads: {len(loaded)} ({human_seconds(self.load_spent)}), wasted: {len(wasted)} "
-               f"({human_seconds(self.load_wasted)}: loads of target launches that then failed)"]
+        out = [] if self.two_process else [  # a client run loads no model: its server's loads are counted apart
+            f"target loads: {len(loaded)} ({human_seconds(self.load_spent)}), wasted: {len(wasted)} "
+            f"({human_seconds(self.load_wasted)}: loads of target launches that then failed)"]
         if self.canaries:
             found = sum(1 for f in self.faults if f.when == "canary")
             out.append(f"canary runs: {len(self.canaries)} ({human_seconds(self.canary_seconds)} in all, on a tiny "
@@ -181,7 +183,8 @@ CAUGHT = {"scan": "by the static scan before any launch", "canary": "by canary r
 
 def summarize(trace: Trace) -> Summary:
     t0 = float(trace.header.get("ts") or (trace.events[0].ts if trace.events else 0.0))
-    out = Summary(session=trace.session, duration=trace.duration, problem=trace.problem)
+    out = Summary(session=trace.session, duration=trace.duration, problem=trace.problem,
+                  two_process=any(e.kind == "server" for e in trace.events))
     by_id: dict[str, PatchView] = {}
     current: LaunchView | None = None
     for ev in trace.events:

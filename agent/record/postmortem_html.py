@@ -89,12 +89,12 @@ def diff_html(diff: str) -> str:
 
 def postmortem_html(trace: Trace) -> str:
     s, sh = summarize(trace), shortener(trace)
-    e = escape
+    e, loads = escape, s.loads()
     body = [f"<h1>Postmortem: medic session {e(s.session)}</h1>",
             f'<p><span class="outcome {"verified" if s.outcome == "verified" else "other"}">{e(s.outcome)}</span> '
             f"{e(for_people(s.detail, sh))}</p>",
             f"<p>{human_seconds(s.duration)} wall clock, {len(s.launches)} launch(es), {len(s.faults)} fault(s), "
-            f"{len(s.kept)} patch(es) kept.</p>", f"<p>{e('; '.join(s.loads()))}.</p>"]
+            f"{len(s.kept)} patch(es) kept.</p>", *([f"<p>{e('; '.join(loads))}.</p>"] if loads else [])]
     if s.problem:
         body.append(f'<p class="warn">{e(s.problem)}</p>')
     body += [f'<p class="warn">warning: {e(for_people(w, sh))}</p>' for w in s.warnings]
