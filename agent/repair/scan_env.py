@@ -139,14 +139,13 @@ def entry_sets(ctx: RepairContext, var: str, wanted: str) -> bool:
             continue
         if sets_env(src.tree, var, wanted):
             return True
-        for module, name in called_imports(src.tree):
-            try:
+        for module, names in called_imports(src.tree).items():
+            try:  # one probe per module, however many of its names the entry calls
                 callee = read_source(ctx, src_tools.module_path(ctx.host, ctx.python, module))
             except MedicError:
                 continue
-            defs = [n for n in ast.walk(callee.tree) if isinstance(n, ast.FunctionDef) and n.name == name
-                    ] if callee else []
-            if any(sets_env(d, var, wanted) for d in defs):
+            if callee is not None and any(isinstance(d, ast.FunctionDef) and d.name in names
+                                          and sets_env(d, var, wanted) for d in ast.walk(callee.tree)):
                 return True
     return False
 
@@ -159,9 +158,12 @@ def sets_env(tree: ast.AST, var: str, wanted: str) -> bool:
                for n in ast.walk(tree))
 
 
-def called_imports(tree: ast.AST) -> list[tuple[str, str]]:
-    """(module, function) for each call of a name the module imports with ``from M import f`` (at any depth)."""
+def called_imports(tree: ast.AST) -> dict[str, set[str]]:
+    """module -> the names the code calls that it imports from there with ``from M import f`` (at any depth)."""
     imported = {alias.asname or alias.name: (n.module, alias.name) for n in ast.walk(tree)
                 if isinstance(n, ast.ImportFrom) and n.module and n.level == 0 for alias in n.names}
     called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return [imported[name] for name in sorted(called) if name in imported]
+    out: dict[str, set[str]] = {}
+    for module, name in (imported[name] for name in sorted(called) if name in imported):
+        out.setdefault(module, set()).add(name)
+    return out

@@ -31,7 +31,10 @@ EXPECTS_FAILURE = {"PackageNotFoundError", "Exception", "BaseException", "Import
 
 
 def server_entries(ctx: RepairContext) -> list[str]:
-    """Files of the library modules the server command starts: ``-m M``, or the module its console script runs."""
+    """Files of the library modules the server command starts: ``-m M``, or the module its console script runs
+    (memoized: each answer is a probe of the target env, and the platform and environment scans both ask)."""
+    if "server_entries" in ctx.memo:
+        return list(ctx.memo["server_entries"])
     command = list(ctx.server_command)
     modules = [command[i + 1] for i, word in enumerate(command[:-1]) if word == "-m"]
     if command and env_scripts.is_bare(command[0]):  # `vllm serve …`: the module its console script starts
@@ -43,7 +46,8 @@ def server_entries(ctx: RepairContext) -> list[str]:
             paths.append(src_tools.module_path(ctx.host, ctx.python, module))
         except MedicError:
             continue
-    return paths
+    ctx.memo["server_entries"] = paths
+    return list(paths)
 
 
 def server_modules(ctx: RepairContext) -> list[str]:
