@@ -10,7 +10,7 @@ Column = tuple[str, str]  # (title, a format spec with its alignment and width: 
 
 def table(columns: Sequence[Column], rows: Iterable[Sequence[object]], last: str) -> list[str]:
     """``rows`` give one value per column and then the free text titled ``last``."""
-    widths = [re.match(r"[<>^]?\d*", spec).group(0) for _, spec in columns]  # type: ignore[union-attr]
+    widths = [re.sub(r"\.\d+[a-z%]?$|[a-z%]$", "", spec) for _, spec in columns]  # a title has no precision
     head = " ".join(f"{title:{width}}" for (title, _), width in zip(columns, widths, strict=True)) + f"  {last}"
     lines = [head, "-" * len(head)]
     for row in rows:
