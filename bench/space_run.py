@@ -1,0 +1,167 @@
+"""One pair of the space bench: build its lab, copy it pristine, run medic on the copy, judge what it said.
+
+medic runs in a child process (``python -m bench.space_run SPEC`` — a crash or a leak of one pair never reaches the
+next): unattended, no --validate, no LLM. When it stops for a host step, the child carries the step out (it plays
+the person) and resumes, at most three times. The lab's own checker then judges what medic called verified.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  # noqa: E402
+from lab.server_lab import ServerLabBuilder, ServerLabPaths, server_environ  # noqa: E402
+from lab.server_pairs import ServerPair  # noqa: E402
+from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
+
+# the labs `make test` builds and the tests copy: a run never removes these
+KEPT_LABS = (DEFAULT_ROOT, Variant("0.18.1", "0.3.0").default_root(), ServerPair().default_root())
+MAX_HOST_STEPS = 3
+
+
+@dataclass(eq=False)
+class Pair:
+    spec: str
+    vllm: str
+    flavour: str  # inprocess | server | none
+    torch: str = "?"
+    verdict: str | None = None  # why the pair cannot be installed, read before any build; None: build it
+
+    @property
+    def key(self) -> str:
+        return f"{self.spec}:{self.vllm}"
+
+
+def lab_root(pair: Pair) -> Path:
+    if pair.flavour == "server":
+        return ServerPair(pair.spec, pair.vllm).default_root()
+    return Variant(pair.vllm, pair.spec).default_root()
+
+
+def builder(pair: Pair, root: Path) -> LabBuilder:
+    if pair.flavour == "server":
+        return ServerLabBuilder(LabPaths(root), pair=ServerPair(pair.spec, pair.vllm))
+    return LabBuilder(LabPaths(root), variant=Variant(pair.vllm, pair.spec))
+
+
+def pip_words(log: Path) -> str:
+    """pip's own reason for a resolution it could not make, from a build log."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = [ln.strip() for ln in lines if " depends on " in ln or ln.strip().startswith(("The user requested",
+                                                                                           "ERROR: Cannot install",
+                                                                                           "ERROR: Could not find"))]
+    return "; ".join(dict.fromkeys(said[-4:]))
+
+
+def build(pair: Pair) -> tuple[Path | None, dict[str, Any]]:
+    root = lab_root(pair)
+    try:
+        builder(pair, root).build(("tiny",))
+    except PinsConflict as err:
+        return None, {"outcome": "not installable", "stage": "build", "detail": str(err)}
+    except (LabError, MedicError) as err:
+        words = pip_words(root / "build.log")
+        if words:
+            return None, {"outcome": "not installable", "stage": "build", "detail": f"pip: {words}"}
+        return None, {"outcome": "not built", "stage": "build", "detail": str(err)}
+    return root, {}
+
+
+def private_copy(pair: Pair, root: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for part in root.iterdir():
+        if part.name == "venv":
+            clone_venv(part, dest / "venv")
+        elif part.name != "build.log":
+            subprocess.run(["cp", "-al", str(part), str(dest / part.name)], check=True, stdin=subprocess.DEVNULL)
+    builder(pair, dest).reset()
+    return dest
+
+
+def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool) -> dict[str, Any]:
+    root = lab_root(pair)
+    fresh = not root.exists()
+    built, failed = build(pair)
+    if built is None:
+        if fresh and not keep:
+            shutil.rmtree(root, ignore_errors=True)
+        return failed
+    copy = work / pair.key.replace(":", "_")
+    home = work / "home"
+    try:
+        private_copy(pair, built, copy)
+        child = subprocess.run(
+            [sys.executable, "-m", "bench.space_run", json.dumps({"flavour": pair.flavour, "lab": str(copy),
+                                                                  "session": f"space-{pair.key.replace(':', '_')}",
+                                                                  "max_launches": max_launches})],
+            cwd=ROOT, env={**os.environ, "MEDIC_HOME": str(home)}, capture_output=True, text=True,
+            stdin=subprocess.DEVNULL)
+        (work / f"{copy.name}.log").write_text(child.stdout + child.stderr)
+        try:
+            row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+            return {"outcome": "bench error", "detail": f"the child exited {child.returncode}: {tail}"}
+        from bench.space_judge import judge
+
+        row.update(judge(pair, copy, Path(row.pop("trace")), row))
+        return row
+    finally:
+        if not keep:
+            shutil.rmtree(copy, ignore_errors=True)
+            if fresh and built not in KEPT_LABS:
+                shutil.rmtree(root, ignore_errors=True)
+
+
+def lab_checker(flavour: str, copy: Path) -> subprocess.CompletedProcess[str]:
+    """The lab's own checker (lab/target/check.py or check_server.py) with the pair's python, on the output."""
+    if flavour == "server":
+        return subprocess.run(ServerLabPaths(copy).validate_command(), env=server_environ(), capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL)
+    return subprocess.run(LabPaths(copy).validate_command(), env={**os.environ, "OMP_NUM_THREADS": "2"},
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    """In the child: one medic session on the copy, host steps carried out, and what happened."""
+    from agent.cli.run import lab_target
+    from agent.config import Budgets, SessionConfig
+    from agent.session import pending_interrupt, run_session
+
+    lab, session = Path(spec["lab"]), str(spec["session"])
+    traces = lab.parent / "traces"
+    target = lab_target(lab).model_copy(update={"validate_command": None})  # medic's own check
+    config = SessionConfig(session_id=session, target=target, traces_dir=str(traces),
+                           budgets=Budgets(max_launches=int(spec["max_launches"]), max_wall=3600.0))
+    started = time.monotonic()
+    outcome, _ = run_session(config)
+    steps: list[dict[str, Any]] = []
+    while outcome == "host_change" and len(steps) < MAX_HOST_STEPS:
+        asked = list((pending_interrupt(session) or {}).get("host_steps") or [])
+        for step in asked:
+            done = subprocess.run(["bash", "-c", step], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            steps.append({"step": step, "exit": done.returncode})
+        answer = {"action": "approve", "by": "space bench (plays the person)", "reason": "host changed: "
+                  + "; ".join(asked)}
+        outcome, _ = run_session(config, resume=answer)
+    return {"medic_outcome": outcome, "host_steps": steps, "seconds": round(time.monotonic() - started, 1),
+            "trace": str(traces / f"{session}.jsonl")}
+
+
+if __name__ == "__main__":
+    print(json.dumps(child(json.loads(sys.argv[1]))))
