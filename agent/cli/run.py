@@ -28,6 +28,7 @@ from agent.session import (
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabPaths
 from tools.console import make_console
 from tools.errors import UsageError
+from tools.server_input import check_commands
 
 console = make_console(stderr=True)
 NOTIFY_HELP = ("a shell command run when the session waits for a person, ends or is stopped, with MEDIC_SESSION, "
@@ -145,6 +146,9 @@ def run(
                 "server_command": shlex.split(server) if server else None, "server_port": port,
                 "keep_server": keep_server or None}.items() if v is not None})
             Target.model_validate(target.model_dump())  # a bad --port fails here, in one line
+        if target.server_command:  # what medic can prove wrong in the two commands costs no load (exit 2)
+            pinned = check_commands(target.server_command, target.command, target.server_port)
+            target = target.model_copy(update={"server_port": pinned})
         config = SessionConfig(
             session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
             budgets=Budgets(max_launches=max_launches, max_wall=max_wall), canary=canary, scan=scan,
