@@ -1,0 +1,66 @@
+"""How a two-process job's server start ends, on servers that start in a second (Python's own http.server and
+one-line scripts), real processes on 127.0.0.1 and medic's real graph: a server that exits before its health
+endpoint answers is a fault of its own, whatever its exit code (the client never ran: there is no output to
+check); a server that listens on another port than the one medic asked is asked where its log says it listens."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.config import Budgets, SessionConfig, Target
+from agent.session import run_session
+from tests.test_server_job_small import gone, server_events
+
+CLIENT = """import sys, urllib.request
+assert urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/health", timeout=5).status == 200
+open("out.txt", "w").write("ok")
+"""
+
+
+def job(tmp_path: Path, server: list[str], session: str) -> SessionConfig:
+    work = tmp_path / "job"
+    (work / "www").mkdir(parents=True)
+    (work / "www" / "health").write_text("ok\n")
+    (work / "client.py").write_text(CLIENT)
+    target = Target(python=sys.executable, workdir=str(work), command=["python", "client.py", "{port}"],
+                    server_command=server, env={"PYTHONUNBUFFERED": "1"},
+                    validate_command=["python", "-c", "assert open('out.txt').read() == 'ok'"])
+    return SessionConfig(session_id=session, target=target, traces_dir=str(tmp_path / "traces"),
+                         budgets=Budgets(max_launches=2), scan=False)
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_server_that_exits_before_it_is_ready_is_its_own_fault(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  code: int) -> None:
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    config = job(tmp_path, ["python", "-c", f"print('config read, nothing to serve'); raise SystemExit({code})",
+                            "{port}"], f"early-{code}")
+    outcome, values = run_session(config)
+    assert outcome != "verified"
+    fault = values["faults"][0]
+    assert fault["exc_type"] == "ServerNotReady" and fault["side"] == "server", fault
+    assert f"the server exited {code} after " in fault["message"], fault["message"]
+    assert "before /health answered; the client never ran" in fault["message"]
+    assert "nothing to serve" in fault["message"]  # its log's last words
+    assert not [launch for launch in values["launches"] if launch["kind"] == "target"]  # no client run
+    assert "cannot check the output" not in str(values.get("outcome_detail"))
+
+
+def test_a_server_that_announces_another_port_is_asked_there(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    # port 0: the system picks one, which only the server's own "Serving HTTP on ... port N" line says
+    config = job(tmp_path, ["python", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", "www"],
+                 "moved")
+    config = config.model_copy(update={"target": config.target.model_copy(update={"server_ready_timeout": 30.0})})
+    outcome, values = run_session(config)
+    assert outcome == "verified", values.get("outcome_detail")
+    events = server_events(config)
+    ready = next(e for e in events if e["event"] == "ready")
+    started = next(e for e in events if e["event"] == "started")
+    assert ready["port"] != started["port"] and values["servers"][0]["port"] == ready["port"]
+    assert ready["seconds"] < 30  # asked where it listens, not polled until the ready timeout
+    assert gone(int(ready["pid"]))
