@@ -64,3 +64,50 @@ def test_a_server_that_announces_another_port_is_asked_there(tmp_path: Path,
     assert ready["port"] != started["port"] and values["servers"][0]["port"] == ready["port"]
     assert ready["seconds"] < 30  # asked where it listens, not polled until the ready timeout
     assert gone(int(ready["pid"]))
+
+
+def test_medic_stopped_while_its_server_loads_says_what_is_left_and_medic_stop_ends_it(tmp_path: Path) -> None:
+    """SIGINT while the server loads (here: never answers): the last lines name the server left running and
+    how to end it; `medic stop` ends it, and nothing of it is left."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+
+    work = tmp_path / "job"
+    work.mkdir()
+    (work / "client.py").write_text(CLIENT)
+    env = {**os.environ, "MEDIC_HOME": str(tmp_path / "home")}
+    medic = [sys.executable, "-m", "agent.cli"]
+    trace = tmp_path / "traces" / "left.jsonl"
+    proc = subprocess.Popen([*medic, "run", "--python", sys.executable, "--workdir", str(work), "--traces",
+                             str(tmp_path / "traces"), "--session", "left", "--no-scan", "--server",
+                             "python -c 'import time; time.sleep(300)' --port {port}",
+                             "--", "python", "client.py", "{port}"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+                            env=env, cwd=Path(__file__).parents[1])
+    try:
+        deadline = time.monotonic() + 120
+        started = None
+        while started is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            rows = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+            started = next((r["data"] for r in rows if r.get("kind") == "server"
+                            and r["data"].get("event") == "started"), None)
+        assert started is not None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 9, err[-2000:]
+    assert (f"server S1 (port {started['port']}) left running on local: `medic resume left` reuses it, "
+            "`medic stop left` ends it") in err
+    pid = int((Path(started["run_dir"]) / "pid").read_text())
+    assert not gone(pid, grace=1.0)  # stopped medic leaves its server up, on purpose: resume reuses it
+    ended = subprocess.run([*medic, "stop", "left"], capture_output=True, text=True, timeout=120, env=env,
+                           stdin=subprocess.DEVNULL, cwd=Path(__file__).parents[1])
+    assert ended.returncode == 0, ended.stderr
+    assert f"ended server S1 (port {started['port']})" in ended.stderr
+    assert gone(pid)

@@ -12,6 +12,7 @@ import typer
 from pydantic import ValidationError
 
 from agent.cli.live import drive, tell
+from agent.cli.stop import left_line
 from agent.config import Budgets, SessionConfig, Target
 from agent.job import local_path
 from agent.outcomes import OUTCOMES, exit_code
@@ -191,6 +192,7 @@ def resume(session: str, postmortem: bool = False,
 
 def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
     report = session_dir(config.session_id) / "report.md"
+    trace = Path(config.traces_dir) / f"{config.session_id}.jsonl"
     if outcome == "waiting":
         console.print(f"waiting for a person: `medic approve {config.session_id}`")
     elif outcome == "host_change":
@@ -205,6 +207,11 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
         console.print(f"medic stopped: `medic resume {config.session_id}` goes on (a job it launched keeps running)")
     elif report.exists():
         console.print(f"report: {report}")
+    cut_short = outcome in ("stopped", "internal_error")  # medic ended before the session's end stopped its runs
+    if config.target.server_command and (cut_short or config.target.keep_server):
+        left = left_line(trace, config.session_id, config.target.host, last_only=not cut_short)
+        if left:  # a loaded server holds the host's memory: say it is there and how to end it
+            console.print(left, markup=False, soft_wrap=True)
     if postmortem:
         from agent.record.postmortem import print_postmortem
 
