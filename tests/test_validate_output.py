@@ -62,6 +62,24 @@ def test_a_plain_validator_that_fails_is_a_fault_quoting_its_failing_lines_first
     assert "(stdout) sequence 0: ok" in fault.log_excerpt  # the whole output is kept, after what failed
 
 
+def test_a_fault_summary_quotes_the_validators_verdict_not_its_warnings(tmp_path: Path) -> None:
+    """Libraries warn on stderr in words that look like failures ("invalid", "expected", "deprecated"): the
+    summary a person reads is the validator's verdict; the warnings stay in the evidence and the excerpt."""
+    checker = tmp_path / "verify.py"
+    checker.write_text("import logging, sys, warnings\n"
+                       "warnings.warn('load(strict=False) is deprecated and invalid in 3.0: expected strict=True',"
+                       " DeprecationWarning, stacklevel=1)\n"
+                       "logging.warning('the tokenizer is missing a pad token: expected one')\n"
+                       "print('sequence 3 layer 4: max abs error 0.9 > 0.05 x scale 1.0')\nsys.exit(1)\n")
+    deps = deps_for(tmp_path, sys.executable, ["python", "extract.py"], validate_command=[
+        "python", "-W", "always", str(checker)])
+    out = validate(target_state(), deps)  # type: ignore[arg-type]
+    fault = fault_from_dict(out["fault"])
+    assert fault.message == "sequence 3 layer 4: max abs error 0.9 > 0.05 x scale 1.0", fault.message
+    assert "Warning" not in fault.summary and "WARNING" not in fault.summary, fault.summary
+    assert "DeprecationWarning" in fault.log_excerpt  # kept as what the validator printed, not as its verdict
+
+
 def test_failing_lines_come_first_whatever_the_validator_prints() -> None:
     stdout = "layer 2: ok\nlayer 4: ok\nNOT VERIFIED: 2 sequences\n"
     stderr = 'Traceback (most recent call last):\n  File "v.py", line 3, in <module>\nAssertionError: layer 6 differs\n'

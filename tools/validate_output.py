@@ -37,6 +37,9 @@ FAILING_LINE = re.compile(
 # a line that reports a check that passed ("ok: …", "PASS seq 3", "layer 2 … ok"): never evidence of a failure
 PASSING_LINE = re.compile(r"(?i)^(?:ok|pass(?:ed)?|good|[✓✔])\b|\b(?:ok|passed|[✓✔])\.?$")
 CONTEXT_LINE = re.compile(r'^(?:Traceback \(most recent call last\):|File ".*", line \d+)')
+# what a library says on the side (Python's warnings: "file.py:3: DeprecationWarning: …" and the source line it
+# echoes, a logger's "WARNING …"): noise around a verdict, never the verdict, whatever words it uses
+WARNING_LINE = re.compile(r"^(?:\S+:\d+: )?\w*Warning: |^\[?WARN(?:ING)?\]?[\s:]|^\S+ - WARNING - ")
 MAX_EVIDENCE = 40
 
 
@@ -79,17 +82,42 @@ def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str,
 
 def evidence_lines(report: Mapping[str, Any], stdout: str, stderr: str) -> list[str]:
     """The validator's output, the lines that say what failed first."""
+    lines, noise = said_lines(stdout, stderr)
+    # a validator's lines in its own words: those that fail first, then those that do not say they passed,
+    # its passing lines ("ok …", mostly) after, the warnings around them last
+    ordered = [*failing_lines(report, stdout, stderr), *(line for line in lines if not PASSING_LINE.search(line)),
+               *lines, *noise]
+    return distinct(ordered)[:MAX_EVIDENCE]
+
+
+def failing_lines(report: Mapping[str, Any], stdout: str, stderr: str) -> list[str]:
+    """The lines in which the validator says what failed (its own problems, exceptions, failure words): what
+    a fault's summary quotes. No warning is one, whatever words it uses."""
     problems = [str(p).strip() for p in report.get("problems") or [] if str(p).strip()]
-    lines = [line.strip() for line in (stderr + "\n" + stdout).splitlines()
-             if line.strip() and not line.lstrip().startswith("{")]  # the JSON report is read, not quoted
+    lines = said_lines(stdout, stderr)[0]
     exceptions = [line for line in lines if EXCEPTION_LINE.match(line)]
     failing = [line for line in lines if FAILING_LINE.search(line) and not CONTEXT_LINE.match(line)]
-    # a validator's lines in its own words: those that fail first, then those that do not say they passed,
-    # its passing lines ("ok …", mostly) last
-    ordered = [*problems, *exceptions[::-1], *failing, *(line for line in lines if not PASSING_LINE.search(line)),
-               *lines]
+    return distinct([*problems, *exceptions[::-1], *failing])
+
+
+def said_lines(stdout: str, stderr: str) -> tuple[list[str], list[str]]:
+    """(the validator's lines, the warnings among them, each with the source line Python echoes after it)."""
+    lines: list[str] = []
+    noise: list[str] = []
+    echo = False
+    for raw in (stderr + "\n" + stdout).splitlines():
+        line = raw.strip()
+        if not line or line.startswith("{"):  # the JSON report is read, not quoted
+            continue
+        warned = bool(WARNING_LINE.match(line))
+        (noise if warned or (echo and raw.startswith(" ")) else lines).append(line)
+        echo = warned
+    return lines, noise
+
+
+def distinct(ordered: list[str]) -> list[str]:
     seen: dict[str, None] = {}
     for line in ordered:
         if not any(known in line for known in seen):  # "WRONG: x" says no more than x
             seen[line] = None
-    return list(seen)[:MAX_EVIDENCE]
+    return list(seen)
