@@ -111,3 +111,25 @@ def test_medic_stopped_while_its_server_loads_says_what_is_left_and_medic_stop_e
     assert ended.returncode == 0, ended.stderr
     assert f"ended server S1 (port {started['port']})" in ended.stderr
     assert gone(pid)
+
+
+def test_what_is_left_running_is_read_from_the_trace(tmp_path: Path) -> None:
+    """A server restarted after a server-side fix is not left; the one started after it is, and a launch with
+    no run_end is too (`medic stop` ends both); --keep-server's line names the last server only."""
+    from agent.cli.stop import left_line, left_running
+    from agent.record.trace import TraceWriter
+    from tools.redact import Redactor
+
+    path = tmp_path / "t.jsonl"
+    w = TraceWriter(path, {"session": "t"}, Redactor())
+    w.event("server", "launch", {"event": "started", "n": 1, "run_dir": "/w/S1", "port": 8000})
+    w.event("launch", "launch", {"n": 1, "kind": "target", "run_dir": "/w/L1"})
+    w.event("run_end", "watch", {"outcome": "crashed", "launch": 1})
+    w.event("server", "launch", {"event": "stopped", "n": 1, "why": "a server-side fix"})
+    w.event("server", "launch", {"event": "started", "n": 2, "run_dir": "/w/S2", "port": 8001})
+    w.event("launch", "launch", {"n": 2, "kind": "target", "run_dir": "/w/L2"})
+    w.close()
+    assert [(r.what, r.run_dir) for r in left_running(path)] == [
+        ("server S2 (port 8001)", "/w/S2"), ("launch 2 (target)", "/w/L2")]
+    assert left_line(path, "t", "gpu-box", last_only=True) == (
+        "server S2 (port 8001) left running on gpu-box: `medic resume t` reuses it, `medic stop t` ends it")

@@ -113,7 +113,8 @@ def run(
     server: Annotated[str | None, typer.Option(help="a server to start first (its '{port}' is filled in); "
                                                "COMMAND is then its client, run once /health answers")] = None,
     port: Annotated[int | None, typer.Option(help="the server's port (default: a free one on 127.0.0.1)")] = None,
-    keep_server: Annotated[bool, typer.Option(help="leave the server running when the session ends")] = False,
+    keep_server: Annotated[bool, typer.Option(help="leave the last server running when the session ends "
+                                              "(`medic stop SESSION` ends it)")] = False,
     notify: Annotated[str | None, typer.Option(help=NOTIFY_HELP)] = None,
     device: Annotated[str | None, typer.Option(help="the job's device, cuda or cpu (default: what the target "
                                                "env's torch sees); the scan predicts that device's startup checks")
