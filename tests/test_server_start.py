@@ -133,3 +133,15 @@ def test_what_is_left_running_is_read_from_the_trace(tmp_path: Path) -> None:
         ("server S2 (port 8001)", "/w/S2"), ("launch 2 (target)", "/w/L2")]
     assert left_line(path, "t", "gpu-box", last_only=True) == (
         "server S2 (port 8001) left running on gpu-box: `medic resume t` reuses it, `medic stop t` ends it")
+
+
+def test_the_port_a_server_announces_is_read_from_its_own_words() -> None:
+    from tools.server_job import announced_port
+
+    assert announced_port("(APIServer pid=7) INFO 12-05 08:40:01 [api_server.py:1900] Starting vLLM API server 0 "
+                          "on http://0.0.0.0:8000\n") == 8000
+    assert announced_port("INFO:     Uvicorn running on http://127.0.0.1:41234 (Press CTRL+C to quit)\n") == 41234
+    assert announced_port("Serving HTTP on 127.0.0.1 port 5000 (http://127.0.0.1:5000/) ...\n") == 5000
+    # a download or a client URL is no announcement of where this server listens
+    assert announced_port("Starting download of https://huggingface.co:443/m/config.json\n") is None
+    assert announced_port("POST http://127.0.0.1:8000/v1/completions 200\n") is None
