@@ -39,6 +39,7 @@ from agent.state import launch_record
 from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host, LocalHost
 from tools.redact import Redactor
+from tools.server_input import check_model_folders
 
 RECURSION_LIMIT = 400
 
@@ -117,6 +118,8 @@ def check_target(host: Host, config: SessionConfig) -> None:
     missing = missing_script(host, target)
     if missing:  # a run would launch only to fail with "can't open file"
         raise UsageError(f"{missing}: check -- COMMAND and --validate")
+    if target.server_command:  # a model path that is not there would fail as a download, after the server started
+        check_model_folders(host, target.server_command, target.command, target.workdir)
     for extra in target.extra_patch_roots:  # preflight says the same for a resumed session
         if not host.exists(extra):
             raise UsageError(f"--patch-root {extra} does not exist on {host.name}")

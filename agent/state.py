@@ -232,6 +232,8 @@ class ServerRecord(TypedDict, total=False):
     outcome: str  # "ready" | "exited" | "timeout" | "stopped" (restarted after a server-side fix)
     clients: int  # client runs served by this load
     log_offset: int  # the server log's size when the last client started
+    seconds: float  # launch to ready, exit or the ready timeout
+    exit_code: int | None  # how a server that never became ready exited
 
 
 class SessionState(TypedDict, total=False):

@@ -36,7 +36,7 @@ from tools.errors import MedicError, RunError
 from tools.host import CommandResult, Host
 from tools.runs import Run
 from tools.slurm import SHARD_PLACEHOLDER, with_shard
-from tools.validate_output import builtin_check, evidence_lines, locate
+from tools.validate_output import builtin_check, evidence_lines, failing_lines, locate
 
 VALIDATE_TIMEOUT = 1800.0
 CANNOT_READ = 2  # the exit code of a validator that could not read the output (argparse's usage error too)
@@ -82,10 +82,11 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
             return {"validation": report, **record_fault(state, fault, launch=launch)}
     verified = result.exit_code == 0 and report.get("verified", True) is True
     evidence = evidence_lines(report, result.stdout, result.stderr) or [f"the validator exited {result.exit_code}"]
+    said = failing_lines(report, result.stdout, result.stderr) or evidence  # its verdict, not its warnings
     summary = ((f"verified by {described}: {report['sequences']} sequences, per-layer max abs error "
                 f"{report.get('max_abs_error_per_layer', {})}" if "sequences" in report
                 else f"verified by {described} (exit 0)") if verified
-               else f"NOT verified by {described} (exit {result.exit_code}): {'; '.join(evidence[:3])}")
+               else f"NOT verified by {described} (exit {result.exit_code}): {'; '.join(said[:3])}")
     deps.record("validate", "validate", {"summary": summary, "verified": verified, "report": report,
                                          "exit_code": result.exit_code, "builtin": not given,
                                          **resolved})
@@ -102,7 +103,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     red = deps.trace.redactor  # the validator's output is the job's data: redacted before it is kept
     output = "\n".join(f"({stream}) {line}" for stream, text in (("stderr", result.stderr), ("stdout", result.stdout))
                        for line in text.strip().splitlines()[-40:])
-    fault = Fault("canary" if canary else "validate", "OutputMismatch", red.text("\n".join(evidence)), (),
+    fault = Fault("canary" if canary else "validate", "OutputMismatch", red.text("\n".join(said)), (),
                   caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + evidence[0][:60],
                   log_excerpt=red.text(output), reach=reached_files(state, deps), output=facts)
     deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10],

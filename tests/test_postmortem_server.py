@@ -38,3 +38,31 @@ def test_an_in_process_job_still_counts_its_target_loads(tmp_path: Path) -> None
     trace = read_trace(session(tmp_path / "inproc.jsonl", server=False))
     assert "- target loads: 0" in postmortem_markdown(trace) and "server loads" not in postmortem_markdown(trace)
     assert "target loads: 0" in postmortem_html(trace)
+
+
+def test_a_two_process_jobs_faults_say_where_they_were_met_not_before_the_load(tmp_path: Path) -> None:
+    """A client run loads no model and a server's first request comes after its load: "caught by a crash before
+    the load" said neither."""
+    w = TraceWriter(tmp_path / "sides.jsonl", {"session": "sides"}, Redactor())
+    w.event("server", "launch", {"event": "started", "n": 1, "run_dir": "/w/runs/S1", "port": 8000})
+    w.event("server", "launch", {"event": "ready", "n": 1, "port": 8000, "pid": 42, "seconds": 116.3})
+    for n, side, summary in ((1, "client", "TypeError: strict"), (2, "server", "AttributeError: query")):
+        w.event("launch", "launch", {"n": n, "kind": "target", "run_dir": f"/w/runs/L{n}"})
+        w.event("run_end", "watch", {"outcome": "crashed", "exit_code": 1, "seconds": 3.0, "launch": n,
+                                     "phases": {}})
+        w.event("fault", "diagnose", {"stage": "crash", "summary": summary, "side": side, "server": 1})
+    w.event("server", "launch", {"event": "started", "n": 2, "run_dir": "/w/runs/S2", "port": 8001})
+    w.event("server", "launch", {"event": "exited", "n": 2, "port": 8001, "seconds": 0.7, "exit_code": 0})
+    w.event("launch", "launch", {"n": 3, "kind": "server", "run_dir": "/w/runs/S2"})
+    w.event("run_end", "watch", {"outcome": "crashed", "exit_code": 0, "seconds": 0.7, "launch": 3, "phases": {}})
+    w.event("fault", "diagnose", {"stage": "crash", "summary": "ServerNotReady: the server exited 0 after 0.7 s",
+                                  "side": "server", "server": 2})
+    w.event("exit", "report", {"outcome": "no_repair", "detail": "no repair"})
+    w.close()
+    trace = read_trace(tmp_path / "sides.jsonl")
+    text = postmortem_markdown(trace)
+    assert "before the load" not in text and "before the load" not in postmortem_html(trace)
+    faults = [line for line in text.splitlines() if line.startswith(("1. [", "2. [", "3. ["))]
+    assert faults[0].endswith("caught by a client run against the loaded server (no server load spent)"), faults
+    assert faults[1].endswith("caught by the loaded server, at a client's request"), faults
+    assert faults[2].endswith("caught by the server's start, before its health endpoint answered (no client ran)")

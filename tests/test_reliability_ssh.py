@@ -199,6 +199,29 @@ def test_a_changed_host_key_is_refused_and_no_command_is_sent(sshd: SSHServer, t
     assert known.read_text().split()[2] == impostor[1]  # the pinned key is not replaced
 
 
+def test_an_unknown_host_key_is_bad_input_exit_2_in_one_line(sshd: SSHServer, tmp_path: Path) -> None:
+    """The README's bad input (exit 2), not medic's own failure (10): the person checks the key and says so."""
+    import subprocess
+    import sys
+
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    config = tmp_path / "ssh_config"
+    config.write_text(Path(sshd.config_path).read_text().replace(sshd.known_hosts_path, str(empty)))
+    before = accepted_logins(sshd)
+    env = {**os.environ, "MEDIC_HOME": str(tmp_path / "home"), "MEDIC_SSH_CONFIG": str(config)}
+    ran = subprocess.run([sys.executable, "-m", "agent.cli", "run", "--host", sshd.alias, "--python",
+                          "/usr/bin/python3", "--workdir", "/tmp", "--traces", str(tmp_path / "traces"),
+                          "--session", "unknown-key", "--", "python", "x.py"],
+                         capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
+                         cwd=Path(__file__).parents[1])
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode == 2 and len(lines) == 1, ran.stderr[-2000:]
+    assert "unknown host key" in lines[0] and "--trust-new-host" in lines[0]
+    assert accepted_logins(sshd) == before and empty.read_text() == ""  # no login, nothing pinned
+    assert not (tmp_path / "home" / "sessions" / "unknown-key").exists()
+
+
 class DropsMidStatus(TimedHost):
     """The link dies while a command or a log read of the watch is in flight (a slow link: status takes 1 s)."""
 

@@ -62,6 +62,24 @@ def test_a_plain_validator_that_fails_is_a_fault_quoting_its_failing_lines_first
     assert "(stdout) sequence 0: ok" in fault.log_excerpt  # the whole output is kept, after what failed
 
 
+def test_a_fault_summary_quotes_the_validators_verdict_not_its_warnings(tmp_path: Path) -> None:
+    """Libraries warn on stderr in words that look like failures ("invalid", "expected", "deprecated"): the
+    summary a person reads is the validator's verdict; the warnings stay in the evidence and the excerpt."""
+    checker = tmp_path / "verify.py"
+    checker.write_text("import logging, sys, warnings\n"
+                       "warnings.warn('load(strict=False) is deprecated and invalid in 3.0: expected strict=True',"
+                       " DeprecationWarning, stacklevel=1)\n"
+                       "logging.warning('the tokenizer is missing a pad token: expected one')\n"
+                       "print('sequence 3 layer 4: max abs error 0.9 > 0.05 x scale 1.0')\nsys.exit(1)\n")
+    deps = deps_for(tmp_path, sys.executable, ["python", "extract.py"], validate_command=[
+        "python", "-W", "always", str(checker)])
+    out = validate(target_state(), deps)  # type: ignore[arg-type]
+    fault = fault_from_dict(out["fault"])
+    assert fault.message == "sequence 3 layer 4: max abs error 0.9 > 0.05 x scale 1.0", fault.message
+    assert "Warning" not in fault.summary and "WARNING" not in fault.summary, fault.summary
+    assert "DeprecationWarning" in fault.log_excerpt  # kept as what the validator printed, not as its verdict
+
+
 def test_failing_lines_come_first_whatever_the_validator_prints() -> None:
     stdout = "layer 2: ok\nlayer 4: ok\nNOT VERIFIED: 2 sequences\n"
     stderr = 'Traceback (most recent call last):\n  File "v.py", line 3, in <module>\nAssertionError: layer 6 differs\n'
@@ -180,3 +198,49 @@ def test_an_output_older_than_the_launch_is_never_verified(tmp_path: Path) -> No
     assert fault.message.startswith(f"the job exited 0 but did not write its output: {out} is older"), fault.message
     out.write_bytes(b"this launch's output")  # written after the pid file: the validator is asked, and passes
     assert validate(state, deps)["outcome"] == "verified"  # type: ignore[arg-type]
+
+
+def test_medic_gives_its_check_the_layer_ids_the_job_names(tmp_path: Path) -> None:
+    """An output without ``layer_ids``: the job's --layers (or its driver's argparse default) names them, so the
+    check labels each tensor by its id instead of by the reference layer it happens to be nearest to."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"model_type": "llama"}')
+    (tmp_path / "out.pt").write_bytes(b"")
+    (tmp_path / "extract.py").write_text('import argparse\np = argparse.ArgumentParser()\n'
+                                         'p.add_argument("--layers", default="2,4,6")\n')
+    host, job = LocalHost(), ["python", "extract.py", "--model", "m", "--out", "out.pt"]
+
+    def layers(command: list[str]) -> list[str]:
+        check = builtin_check(host, sys.executable, command, str(tmp_path))
+        assert not isinstance(check, str), check
+        return check.argv[check.argv.index("--layers") + 1:] if "--layers" in check.argv else []
+
+    assert layers([*job, "--layer-ids", "1", "3", "5"]) == ["1,3,5"]
+    assert layers([*job, "--target-layer-ids=7,8"]) == ["7,8"]
+    assert layers(job) == ["2,4,6"]  # the driver's own default
+    (tmp_path / "extract.py").write_text("print('no options')\n")
+    assert layers(job) == []  # nothing names them: the check matches each tensor to its nearest layer
+
+
+REPEATED = """import sys, torch
+records = torch.load(sys.argv[1], weights_only=False)
+for r in records:  # the first layer saved in every slot, and no layer ids in the file
+    r["hidden_states"] = [r["hidden_states"][0]] * len(r["hidden_states"])
+    del r["layer_ids"]
+torch.save(records, sys.argv[2])
+"""
+
+
+@pytestmark_lab
+def test_slots_that_all_hold_one_layer_are_wrong_and_named_by_their_place(
+        lab: LabPaths, outputs: dict[str, Path], tmp_path: Path) -> None:
+    """Without ids, each tensor matches the reference layer nearest to it: three copies of layer 2 used to pass,
+    each labelled "layer 2". They are one layer saved three times: wrong, and said per slot."""
+    repeated = tmp_path / "repeated.pt"
+    subprocess.run([str(lab.python), "-c", REPEATED, str(outputs["correct"]), str(repeated)], check=True,
+                   timeout=300, capture_output=True)
+    deps = deps_for(tmp_path, str(lab.python), [str(lab.python), "x.py", "--out", str(repeated)],
+                    model_dir=str(lab.model("tiny")))
+    out = validate(target_state(), deps)  # type: ignore[arg-type]
+    fault = fault_from_dict(out["fault"])
+    assert "sequence 0: slots 0, 1, 2 all hold layer 2's values" in fault.message, fault.message

@@ -7,7 +7,7 @@ one place and prints ``medic: <message>``; anything else is a bug and keeps its 
     MedicError                      exit 10 (internal_error) unless a subclass says otherwise
     ├── UsageError                  exit 2  bad input: config, arguments, ssh alias, missing target python
     ├── HostError                           the host could not do what was asked
-    │   ├── HostKeyError                    unknown or changed host key: refused before any command is sent
+    │   ├── HostKeyError            exit 2  unknown or changed host key: refused before any command is sent
     │   ├── HostUnreachable                 connect failed or the transport dropped (retried by SSHHost)
     │   └── CommandTimeout                  a command ran past its deadline and was killed
     ├── RunError                            a detached run: missing run dir, vanished log
@@ -52,7 +52,7 @@ class HostError(MedicError):
 
 
 class HostKeyError(HostError):
-    pass
+    exit_code = BAD_INPUT_EXIT  # the person checks the key and says so (known_hosts, --trust-new-host)
 
 
 class HostUnreachable(HostError):

@@ -8,7 +8,9 @@ them, or a folder of such files. A sequence is a dict with ``input_ids`` and ``h
 ``layer_ids``. Checked: for every sequence, the layer count and each tensor's shape against its input ids; for
 a sample spread over the file, the values against HF transformers in fp32 with ``output_hidden_states=True``
 (extracted layer ``i`` is ``hidden_states[i + 1]``), within ``tolerance`` x the layer's scale. Without layer ids
-(neither in the file nor ``--layers``) each tensor is matched to the reference layer it is closest to.
+(neither in the file nor ``--layers``) each tensor is matched to the reference layer it is closest to, and named
+by its slot (``slot 2, nearest layer 5``), not by that layer: a wrong tensor is nearest to some layer too. Two
+slots that both hold one layer's values are wrong: an extraction saves each layer once.
 
 Exit 0: verified; 1: wrong (the report's ``problems`` say what); 2: the output cannot be read (``readable``
 false). The last line is the JSON report with ``--json``. Standard library, torch and transformers only.
@@ -71,6 +73,11 @@ def layer_tensors(states: Any, hidden: int) -> list[Any]:
     return [torch.as_tensor(t) for t in states]
 
 
+def slot_name(layer_ids: list[int] | None, slot: int) -> str:
+    """A tensor's name for people: its layer id when the output or the job says it, else its place."""
+    return f"layer {layer_ids[slot]}" if layer_ids else f"slot {slot}"
+
+
 def sample_indices(count: int, sample: int) -> set[int]:
     if sample <= 0 or sample >= count:
         return set(range(count))
@@ -110,7 +117,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             layer_count.add(index)
             problems.append(f"sequence {index}: {len(states)} layers, expected {len(layer_ids)}")
             continue
-        wrong = [f"sequence {index} layer {layer_ids[j] if layer_ids else j}: shape {tuple(t.shape)}, expected "
+        wrong = [f"sequence {index} {slot_name(layer_ids, j)}: shape {tuple(t.shape)}, expected "
                  f"{(len(ids), hidden)}" for j, t in enumerate(states) if tuple(t.shape) != (len(ids), hidden)]
         problems += wrong
         for t in states:
@@ -123,6 +130,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             model = AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=torch.float32).eval()
         with torch.no_grad():
             reference = model(ids.unsqueeze(0), output_hidden_states=True).hidden_states
+        matched: dict[int, list[int]] = {}  # without ids: reference layer -> the slots whose values are it
         for j, tensor in enumerate(states):
             got = tensor.float()
             candidates = [layer_ids[j]] if layer_ids else list(range(len(reference) - 1))
@@ -131,14 +139,21 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
                 problems.append(f"sequence {index}: layer {candidates[0]} is beyond the model's {len(reference) - 1}")
                 continue
             layer = min(errors, key=lambda c: errors[c])
+            name = f"layer {layer}" if layer_ids else f"slot {j}, nearest layer {layer}"
             scale = max(reference[layer + 1][0].abs().max().item(), 1e-6)
             per_layer[layer] = max(per_layer.get(layer, 0.0), errors[layer])
             if not errors[layer] <= args.tolerance * scale:
                 off_layers.add(layer)
-                problems.append(f"sequence {index} layer {layer}: max abs error {errors[layer]:.4f} > "
+                problems.append(f"sequence {index} {name}: max abs error {errors[layer]:.4f} > "
                                 f"{args.tolerance} x scale {scale:.3f}")
             else:
-                passed.append(f"sequence {index} layer {layer}: max abs error {errors[layer]:.5f}")
+                matched.setdefault(layer, []).append(j)
+                passed.append(f"sequence {index} {name}: max abs error {errors[layer]:.5f}")
+        for layer, slots in matched.items():
+            if len(slots) > 1:
+                off_layers.add(layer)
+                problems.append(f"sequence {index}: slots {', '.join(map(str, slots))} all hold layer {layer}'s "
+                                f"values (an extraction saves each layer once)")
     if len(counts) > 1 and not given:
         problems.append(f"sequences differ in their number of layers: {sorted(counts)}")
     return {"verified": not problems, "readable": True, "sequences": len(records), "values_checked": len(values),

@@ -8,6 +8,7 @@ works the same over SSH. A server that exits before it is ready is a crashed lau
 
 from __future__ import annotations
 
+import re
 import shlex
 import time
 from collections.abc import Callable, Sequence
@@ -58,24 +59,43 @@ class Readiness:
     state: ReadyState
     seconds: float
     exit_code: int | None = None
+    port: int | None = None  # where it answered: the port it announced in its log when not the one asked
+
+
+# The line a server writes once it listens (uvicorn's "Uvicorn running on http://0.0.0.0:8000", vLLM's
+# "Starting vLLM API server 0 on http://127.0.0.1:8000", http.server's "Serving HTTP on ... (http://h:p/)"),
+# on an address this host's loopback reaches
+ANNOUNCED = re.compile(r"(?i)\b(?:running|serving|listening|start(?:ing|ed))\b[^\n]*?"
+                       r"https?://(?:127\.\d+\.\d+\.\d+|localhost|0\.0\.0\.0|\[::1?\]):(\d+)")
+
+
+def announced_port(text: str) -> int | None:
+    """The last port the server says it listens on, in its own log."""
+    found = ANNOUNCED.findall(text)
+    return int(found[-1]) if found else None
 
 
 def wait_ready(host: Host, python: str, run: runs.Run, port: int, *, timeout: float,
                on_log: Callable[[bytes], None] = lambda _: None, poll: float = 1.0,
                clock: Callable[[], float] = time.monotonic) -> Readiness:
     """Follow the server's log (``on_log`` gets each new chunk) until its health endpoint answers 200, it
-    exits, or ``timeout`` seconds pass. The exit file is looked at every poll; the health URL too."""
-    started, offset = clock(), 0
+    exits, or ``timeout`` seconds pass. The exit file is looked at every poll; the health URL too. A server
+    that announces another port in its log than ``port`` is asked there: polling ``port`` would wait out the
+    timeout while it sits loaded."""
+    started, offset, tail = clock(), 0, ""
     while True:
         chunk = runs.follow(host, run, offset)
         offset = chunk.offset
         if chunk.data:
             on_log(chunk.data)
+            text = tail + chunk.data.decode("utf-8", errors="replace")
+            port = announced_port(text) or port
+            tail = text[-200:]  # an announcement cut between two chunks
         if host.exists(run.exit):
             status = runs.status(host, run)
             return Readiness("exited", clock() - started, status.exit_code)
         if healthy(host, python, port):
-            return Readiness("ready", clock() - started)
+            return Readiness("ready", clock() - started, port=port)
         if clock() - started > timeout:
             return Readiness("timeout", clock() - started)
         time.sleep(poll)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from agent.cli import approve, run, traces, watch
+from agent.cli import approve, run, stop, traces, watch
 from agent.outcomes import exit_code
 from lab.cli import app as lab_app
 from tools.errors import MedicError
@@ -20,6 +20,7 @@ app.add_typer(lab_app, name="lab")
 app.command(context_settings={"allow_extra_args": False})(run.run)
 app.command()(run.resume)
 app.command()(run.revert)
+app.command()(stop.stop)
 app.command()(approve.sessions)
 app.command()(watch.status)
 app.command()(watch.watch)

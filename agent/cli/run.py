@@ -12,6 +12,7 @@ import typer
 from pydantic import ValidationError
 
 from agent.cli.live import drive, tell
+from agent.cli.stop import left_line
 from agent.config import Budgets, SessionConfig, Target
 from agent.job import local_path
 from agent.outcomes import OUTCOMES, exit_code
@@ -28,6 +29,7 @@ from agent.session import (
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabPaths
 from tools.console import make_console
 from tools.errors import UsageError
+from tools.server_input import check_commands
 
 console = make_console(stderr=True)
 NOTIFY_HELP = ("a shell command run when the session waits for a person, ends or is stopped, with MEDIC_SESSION, "
@@ -111,7 +113,8 @@ def run(
     server: Annotated[str | None, typer.Option(help="a server to start first (its '{port}' is filled in); "
                                                "COMMAND is then its client, run once /health answers")] = None,
     port: Annotated[int | None, typer.Option(help="the server's port (default: a free one on 127.0.0.1)")] = None,
-    keep_server: Annotated[bool, typer.Option(help="leave the server running when the session ends")] = False,
+    keep_server: Annotated[bool, typer.Option(help="leave the last server running when the session ends "
+                                              "(`medic stop SESSION` ends it)")] = False,
     notify: Annotated[str | None, typer.Option(help=NOTIFY_HELP)] = None,
     device: Annotated[str | None, typer.Option(help="the job's device, cuda or cpu (default: what the target "
                                                "env's torch sees); the scan predicts that device's startup checks")
@@ -145,6 +148,9 @@ def run(
                 "server_command": shlex.split(server) if server else None, "server_port": port,
                 "keep_server": keep_server or None}.items() if v is not None})
             Target.model_validate(target.model_dump())  # a bad --port fails here, in one line
+        if target.server_command:  # what medic can prove wrong in the two commands costs no load (exit 2)
+            pinned = check_commands(target.server_command, target.command, target.server_port)
+            target = target.model_copy(update={"server_port": pinned})
         config = SessionConfig(
             session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
             budgets=Budgets(max_launches=max_launches, max_wall=max_wall), canary=canary, scan=scan,
@@ -187,6 +193,7 @@ def resume(session: str, postmortem: bool = False,
 
 def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
     report = session_dir(config.session_id) / "report.md"
+    trace = Path(config.traces_dir) / f"{config.session_id}.jsonl"
     if outcome == "waiting":
         console.print(f"waiting for a person: `medic approve {config.session_id}`")
     elif outcome == "host_change":
@@ -201,6 +208,11 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
         console.print(f"medic stopped: `medic resume {config.session_id}` goes on (a job it launched keeps running)")
     elif report.exists():
         console.print(f"report: {report}")
+    cut_short = outcome in ("stopped", "internal_error")  # medic ended before the session's end stopped its runs
+    if config.target.server_command and (cut_short or config.target.keep_server):
+        left = left_line(trace, config.session_id, config.target.host, last_only=not cut_short)
+        if left:  # a loaded server holds the host's memory: say it is there and how to end it
+            console.print(left, markup=False, soft_wrap=True)
     if postmortem:
         from agent.record.postmortem import print_postmortem
 

@@ -63,7 +63,7 @@ class ServerLauncher:
 
     def handle(self, record: LaunchRecord) -> RunHandle:
         if record.get("kind") == "server":
-            return DetachedHandle(self.deps, record)
+            return ServerStartHandle(self.deps, record)
         client_of = record.get("client_of")
         if record["launcher"] != "detached" or client_of is None:
             return self.inner.handle(record)
@@ -79,6 +79,15 @@ class ServerLauncher:
         kept = server_runs(state)[-1:] if self.deps.config.target.keep_server else []
         self.inner.end(state, [*spare, *kept])
         runs.stop_all(self.deps.host, [runs.Run.in_dir(f) for f in server_runs(state) if f not in [*spare, *kept]])
+
+
+class ServerStartHandle(DetachedHandle):
+    """A server that ended (or was stopped) before its health endpoint answered: a fault whatever its exit code,
+    for its client never ran (an exit 0 leaves no output to check)."""
+
+    def finish(self, record: LaunchRecord, status: runs.RunStatus) -> str:
+        record["exit_code"] = status.exit_code
+        return "crashed"
 
 
 class ClientHandle(DetachedHandle):
@@ -132,7 +141,7 @@ def ensure_server(state: SessionState, deps: LauncherDeps, n: int) -> tuple[dict
     if record["outcome"] == "ready":
         return {"servers": servers}, None
     crashed: DetachedLaunch = {"n": n, "kind": "server", "launcher": "detached", "run_dir": record["run_dir"],
-                               "started": record["started"], "exit_code": None, "phases": {},
+                               "started": record["started"], "exit_code": record.get("exit_code"), "phases": {},
                                "checks_during_load": []}
     return {"servers": servers}, crashed
 
@@ -162,6 +171,10 @@ def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
     ready = server_job.wait_ready(deps.host, target.python, run, port, timeout=target.server_ready_timeout,
                                   poll=max(0.2, deps.poll_interval))
     pid = runs.status(deps.host, run).pid
+    if ready.port is not None and ready.port != port:  # it said so in its log: the client goes there
+        deps.record("warning", "launch", {"message": f"server S{n} announced port {ready.port} in its log, not "
+                                                     f"{port}: medic asked it there and its client goes there"})
+        port = ready.port
     outcome = {"ready": "ready", "exited": "exited", "timeout": "timeout"}[ready.state]
     if ready.state == "timeout":
         runs.stop(deps.host, run)
@@ -169,7 +182,7 @@ def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
                                      "seconds": round(ready.seconds, 1), "exit_code": ready.exit_code})
     return {"n": n, "run_dir": run.dir, "port": port, "pid": pid, "started": started,
             "ready_seconds": round(ready.seconds, 1) if ready.state == "ready" else None, "outcome": outcome,
-            "clients": 0}
+            "clients": 0, "seconds": round(ready.seconds, 1), "exit_code": ready.exit_code}
 
 
 def server_runs(state: SessionState) -> list[str]:
@@ -200,6 +213,21 @@ HTTP_CLIENT_FRAME = re.compile(r"/(?:" + "|".join(HTTP_CLIENT_PACKAGES) + r")\d*
 WIDE_CONSOLE = {"COLUMNS": "400"}
 
 
+NOT_READY = "ServerNotReady"
+
+
+def not_ready(server: ServerRecord | None, record: LaunchRecord, last_line: str) -> str:
+    """How a server that never became ready ended, with its log's last line (the log's own words)."""
+    server = server or {}
+    seconds = f"after {server['seconds']} s " if server.get("seconds") is not None else ""
+    if server.get("outcome") == "timeout":
+        how = f"did not answer {server_job.HEALTH_PATH} {seconds}(stopped: --server's ready timeout)"
+    else:
+        code = record.get("exit_code", server.get("exit_code"))
+        how = f"exited {'(code unknown)' if code is None else code} {seconds}before {server_job.HEALTH_PATH} answered"
+    return f"the server {how}; the client never ran (its log ends: {last_line[:200]})"
+
+
 def raised_in_http_client(fault: Fault) -> bool:
     return any(HTTP_CLIENT_FRAME.search(frame.file) for frame in fault.frames[-3:])
 
@@ -214,8 +242,11 @@ def sided(state: SessionState, deps: LauncherDeps, record: LaunchRecord, client_
     ready is the server's fault; a client that failed in its HTTP library (or with no traceback) while the
     server logged a traceback is the server's too; anything else is the client's."""
     if record.get("kind") == "server":
-        n = next((s["n"] for s in state.get("servers") or [] if s.get("run_dir") == record.get("run_dir")), None)
-        return Explained(client_fault, "server", n)
+        server = next((s for s in state.get("servers") or [] if s.get("run_dir") == record.get("run_dir")), None)
+        if client_fault.exc_type == "NoTraceback":  # nothing to repair in its log: what it did is the fault
+            said = not_ready(server, record, client_fault.message)
+            client_fault = replace(client_fault, exc_type=NOT_READY, message=said)
+        return Explained(client_fault, "server", server["n"] if server else None)
     client_of = record.get("client_of")
     if client_of is None:
         return Explained(client_fault)

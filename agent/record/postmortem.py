@@ -76,13 +76,18 @@ class FaultView:
 
     @property
     def when(self) -> str:
-        """scan | canary | before_load | after_load | validate: what finding this fault cost."""
+        """scan | canary | before_load | after_load | validate, and for a two-process job client_run |
+        server_start | server_request: what finding this fault cost."""
         if self.stage in BEFORE_LAUNCH_STAGES:
             return "scan"
         if self.stage == "canary" or (self.launch is not None and self.launch.canary):
             return "canary"  # a canary's wrong output is recorded with stage "validate"
         if self.stage == "validate":
             return "validate"
+        if self.side == "client":  # a two-process job: the model loads in the server, never in its client
+            return "client_run"
+        if self.side == "server":
+            return "server_start" if self.launch is not None and self.launch.kind == "server" else "server_request"
         return "after_load" if self.launch is not None and self.launch.loaded else "before_load"
 
     @property
@@ -94,6 +99,8 @@ class FaultView:
             return "by a canary run on a tiny model: a target load saved"
         if when == "validate":
             return "by the validator, after a full run"
+        if when in ("client_run", "server_start", "server_request"):
+            return CAUGHT[when]
         if when == "before_load" or self.launch is None:
             return "by a crash before the load"
         return f"by a crash after the load ({human_seconds(self.launch.load)} of target load wasted)"
@@ -178,7 +185,10 @@ class Summary:
 
 CAUGHT = {"scan": "by the static scan before any launch", "canary": "by canary runs (no target load spent)",
           "before_load": "by a target run before its load", "after_load": "by a crash after a target load",
-          "validate": "by the validator after a full target run"}
+          "validate": "by the validator after a full target run",
+          "client_run": "by a client run against the loaded server (no server load spent)",
+          "server_start": "by the server's start, before its health endpoint answered (no client ran)",
+          "server_request": "by the loaded server, at a client's request"}
 
 
 def summarize(trace: Trace) -> Summary:
