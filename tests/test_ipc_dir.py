@@ -4,6 +4,7 @@ them are read from the library's own env module."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import tempfile
 import time
@@ -71,3 +72,18 @@ def test_a_runs_socket_lives_in_its_own_folder_gone_with_the_run(ending: str, tm
         runs.stop(host, run, grace=1)
     wait_exited(host, run)
     assert not sock.parent.exists(), f"{sock.parent} outlived its run"
+
+
+def test_the_suites_check_counts_dropped_sockets_and_folders_not_held_ones(tmp_path: Path) -> None:
+    from tests.fixtures_tmp import leftovers
+
+    dropped, held = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+    dropped.bind(str(tmp_path / "dropped"))
+    dropped.close()  # its file stays, as a stopped engine's does
+    held.bind(str(tmp_path / "held"))
+    (tmp_path / f"{ipc_dir.PREFIX}abc123").mkdir()
+    (tmp_path / "plain").write_text("not a socket")
+    try:
+        assert leftovers(tmp_path) == {str(tmp_path / "dropped"), str(tmp_path / f"{ipc_dir.PREFIX}abc123")}
+    finally:
+        held.close()

@@ -10,7 +10,10 @@ bytes) and removes it once nothing of the run is left.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Sequence
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -62,3 +65,13 @@ def library_tempdir_variables(host: Host, python: str, packages: Sequence[str]) 
             continue  # no env module: nothing to point elsewhere
         found += [var for var in tempdir_variables(text) if var not in found]
     return found
+
+
+@contextlib.contextmanager
+def own_folder(host: Host, python: str, packages: Sequence[str]) -> Iterator[dict[str, str]]:
+    """For a process started here, not by a run: the variables to set, pointing at a folder removed afterwards."""
+    folder = tempfile.mkdtemp(prefix=PREFIX)
+    try:
+        yield dict.fromkeys(library_tempdir_variables(host, python, packages), folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
