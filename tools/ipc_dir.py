@@ -10,10 +10,7 @@ bytes) and removes it once nothing of the run is left.
 from __future__ import annotations
 
 import ast
-import contextlib
-import shutil
-import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -66,12 +63,3 @@ def library_tempdir_variables(host: Host, python: str, packages: Sequence[str]) 
         found += [var for var in tempdir_variables(text) if var not in found]
     return found
 
-
-@contextlib.contextmanager
-def own_folder(host: Host, python: str, packages: Sequence[str]) -> Iterator[dict[str, str]]:
-    """For a process started here, not by a run: the variables to set, pointing at a folder removed afterwards."""
-    folder = tempfile.mkdtemp(prefix=PREFIX)
-    try:
-        yield dict.fromkeys(library_tempdir_variables(host, python, packages), folder)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
