@@ -77,7 +77,9 @@ def find_pythons(path_var: str | None = None, home: Path | None = None) -> list[
 
 
 def build_wheel(root: Path) -> Path:
+    """The wheel, and beside it the tests as they are now (each Python's copy is taken from there)."""
     tree = root / "tree"
+    shutil.copytree(ROOT / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in SOURCES:
         src = ROOT / name
         if src.is_dir():
@@ -95,7 +97,7 @@ def check(python: Python, wheel: Path, root: Path) -> tuple[bool, str]:
     venv = root / f"venv-{python.name}"
     log = root / f"python-{python.name}.log"
     tests = root / f"tests-{python.name}"
-    shutil.copytree(ROOT / "tests", tests / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(root / "tests", tests / "tests")
     vpy = venv / "bin" / "python"
     steps = [[python.path, "-m", "venv", str(venv)],
              [str(vpy), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{wheel}[dev]"],
