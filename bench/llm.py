@@ -86,11 +86,12 @@ def make_job(root: Path, fault: Fault) -> tuple[Target, Path]:
     return target, work / "pipeline.py"
 
 
-def run_fault(fault: Fault, root: Path, base_url: str, model: str) -> dict[str, Any]:
+def run_fault(fault: Fault, root: Path, base_url: str, model: str, server_log: str | None) -> dict[str, Any]:
     target, module = make_job(root, fault)
     config = SessionConfig(session_id=f"llm-{fault.name}", target=target, scan=False, canary=False,
                            traces_dir=str(root / "traces"), budgets=Budgets(max_launches=4),
-                           llm={"base_url": base_url, "model": model, "timeout": "300"})
+                           llm={"base_url": base_url, "model": model, "timeout": "300",
+                                **({"server_log": server_log} if server_log else {})})
     save_config(config)
     start = time.monotonic()
     outcome, _ = run_session(config)
@@ -127,15 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="medic-bench-llm-") as tmp:
         os.environ["MEDIC_HOME"] = str(Path(tmp) / "home")
-        proc = None
+        proc, server_log = None, None
         base_url, model = args.llm_base_url, args.llm_model
         if not base_url:
             from tests.fixtures_llm import start_real_llm
 
             server, proc = start_real_llm(Path(tmp) / "server.log")
-            base_url, model = server.base_url, server.model
+            base_url, model, server_log = server.base_url, server.model, str(server.log)
         try:
-            rows = [run_fault(f, Path(tmp) / f.name, base_url, model) for f in faults]
+            rows = [run_fault(f, Path(tmp) / f.name, base_url, model, server_log) for f in faults]
         finally:
             if proc is not None:
                 from tests.fixtures_llm import stop

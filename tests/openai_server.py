@@ -44,7 +44,16 @@ class Hang:
     seconds: float = 5.0
 
 
-Entry = Reply | Status | Hang
+@dataclass(frozen=True)
+class EngineDead:
+    """What vLLM 0.16's server does once its engine died: the route returns its error object as the body of an
+    HTTP 200 (no ``choices``), and ``/health`` answers 503 from then on."""
+
+    message: str = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+    health: int = 503  # 200: the same reply from a server whose /health says all is well
+
+
+Entry = Reply | Status | Hang | EngineDead
 
 
 def say(text: str) -> Reply:
@@ -80,6 +89,7 @@ class ScriptedOpenAIServer:
         self.requests: list[Received] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()  # ends hangs at teardown
+        self.health = 200  # what GET /health answers (an EngineDead reply makes it 503)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
@@ -113,6 +123,12 @@ class ScriptedOpenAIServer:
             def log_message(self, format: str, *args: Any) -> None:  # keep pytest output clean
                 pass
 
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") != "/health":
+                    self._send(404, {"error": {"message": f"no route {self.path}"}}, {})
+                    return
+                self._send(server.health, {}, {})
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length)
@@ -127,6 +143,11 @@ class ScriptedOpenAIServer:
                 if isinstance(entry, Hang):
                     server._stop.wait(entry.seconds)
                     return  # the client gave up long ago; close without an answer
+                if isinstance(entry, EngineDead):
+                    server.health = entry.health
+                    error = {"message": entry.message, "type": "InternalServerError", "param": None, "code": 500}
+                    self._send(200, {"error": error}, {})
+                    return
                 if isinstance(entry, Status):
                     error = {"message": entry.message, "type": "scripted", "code": str(entry.code)}
                     self._send(entry.code, {"error": error}, entry.headers)

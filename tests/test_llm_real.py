@@ -37,7 +37,7 @@ def session(real_llm: RealLLM, tmp_path_factory: pytest.TempPathFactory) -> dict
         target, caller = make_target(tmp)
         config = SessionConfig(session_id="real-llm-1", target=target, scan=False, traces_dir=str(tmp / "traces"),
                                llm={"base_url": real_llm.base_url, "model": real_llm.model, "timeout": "240",
-                                    "max_reply_tokens": "120"})
+                                    "max_reply_tokens": "120", "server_log": str(real_llm.log)})
         save_config(config)
         outcome, state = run_session(config)
     finally:

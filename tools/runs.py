@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from tools import ipc_dir
 from tools.env_scripts import NOT_FOUND_TAIL
 from tools.errors import HostError, HostUnreachable, RunError
 from tools.host import Command, Host, as_shell
@@ -67,6 +68,12 @@ class RunStatus:
     pid: int | None = None
 
 
+# The run's own IPC folder (tools/ipc_dir.py): short, under the temp dir, its path kept in ``ipc`` so that stop()
+# removes it too when the wrapper itself had to be killed. Only a folder of that name is ever removed.
+_MAKE_IPC_SH = (f't=$(mktemp -d "${{TMPDIR:-/tmp}}/{ipc_dir.PREFIX}XXXXXX") && printf \'%s\\n\' "$t" > "$d/ipc" '
+                "&& export @VARS@\n")
+_DROP_IPC_SH = (f't=$(cat "$d/ipc" 2>/dev/null); case "$t" in */{ipc_dir.PREFIX}*) rm -rf "$t";; esac\n')
+
 # Written by medic. The pid comes first, so a run is never without one; the exit code is renamed into place,
 # so a reader sees no exit file or a whole one. The TERM trap lets stop() TERM the whole group and still get
 # the command's own exit code written, since the trap only runs once the command has ended. What the command
@@ -75,17 +82,18 @@ _WRAPPER_SH = r"""#!/bin/sh
 d=@DIR@
 echo $$ > "$d/pid.tmp" && mv -f "$d/pid.tmp" "$d/pid"
 trap : TERM
-/bin/sh "$d/command.sh"
+@IPC@/bin/sh "$d/command.sh"
 code=$?
 """ + PROCS_SH + r"""reap $$ "MEDIC_RUN=$d" @GRACE@
-printf '%s\n' "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
+""" + _DROP_IPC_SH + r"""printf '%s\n' "$code" > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"
 """
 REAP_GRACE = 5.0  # seconds between TERM and KILL for what is left of a run whose command has ended
 
 
 def launch(host: Host, command: Command, *, run_dir: str, cwd: str | None = None,
-           env: Mapping[str, str] | None = None) -> Run:
-    """Start ``command`` detached under ``run_dir/<id>`` and return once its pid file exists."""
+           env: Mapping[str, str] | None = None, ipc_vars: Sequence[str] = ()) -> Run:
+    """Start ``command`` detached under ``run_dir/<id>`` and return once its pid file exists. ``ipc_vars`` (the
+    library's temp-dir variables, tools/ipc_dir.py) point at a folder of the run's own, removed when it ends."""
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     line = as_shell(command, cwd=cwd, env=env)
     run = Run.in_dir(f"{run_dir.rstrip('/')}/{run_id}", command=line)
@@ -95,7 +103,9 @@ def launch(host: Host, command: Command, *, run_dir: str, cwd: str | None = None
     if not made.ok:
         raise RunError(f"cannot prepare run folder {run.dir} on {host.name}: {made.stderr.strip()}")
     host.write_bytes_atomic(f"{run.dir}/command.sh", f"{line}\n{NOT_FOUND_TAIL}\n".encode(), mode=0o644)
-    wrapper = _WRAPPER_SH.replace("@DIR@", folder).replace("@GRACE@", str(seconds(REAP_GRACE)))
+    exports = " ".join(f'{var}="$t"' for var in ipc_vars if var.isidentifier())
+    wrapper = (_WRAPPER_SH.replace("@IPC@", _MAKE_IPC_SH.replace("@VARS@", exports) if exports else "")
+               .replace("@DIR@", folder).replace("@GRACE@", str(seconds(REAP_GRACE))))
     host.write_bytes_atomic(f"{run.dir}/run.sh", wrapper.encode(), mode=0o755)
     # setsid: a new session and process group, so no hangup, no job control and no timeout of the
     # launching shell can reach the run; stdin from /dev/null and output to the log leave no pipe open.
@@ -167,6 +177,7 @@ p=$(cat "$d/pid" 2>/dev/null)
 {{ [ ! -f "$d/exit" ] && ours "$p" "$m"; }} || p=""
 reap "$p" "$m" {seconds(grace)} && [ -n "$p" ] && {{ sleep 0.1; [ -f "$d/exit" ] || {{
   echo {KILLED_EXIT_CODE} > "$d/exit.tmp" && mv -f "$d/exit.tmp" "$d/exit"; }}; }}
+[ -f "$d/exit" ] && {{ {_DROP_IPC_SH.strip()}; }}
 exit 0"""
 
 

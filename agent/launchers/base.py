@@ -21,7 +21,7 @@ from agent.events import EventKind
 from agent.remedies import env_edits, job_env
 from agent.repair.types import Fault
 from agent.state import LaunchBase, LaunchRecord, SessionState
-from tools import runs
+from tools import ipc_dir, runs
 from tools.errors import HostError, RunError
 from tools.host import Host
 
@@ -109,6 +109,19 @@ def job_environment(deps: LauncherDeps, state: SessionState, base: dict[str, str
     """(env, names to unset) of a launch: the job's env (``over`` set over it) with the kept env remedies applied."""
     return job_env(deps.host, {**(base or {}), **deps.config.target.env, **(over or {})},
                    env_edits(state.get("patches") or []))
+
+
+def ipc_variables(deps: LauncherDeps) -> list[str]:
+    """The library variables that place its IPC sockets (tools/ipc_dir.py), read once per host and env: each run
+    points them at a folder of its own, so a stopped engine leaves no socket in the temp dir."""
+    key = (deps.host.name, deps.config.target.python, tuple(deps.config.target.library_packages))
+    if key not in _IPC_VARIABLES:
+        _IPC_VARIABLES[key] = ipc_dir.library_tempdir_variables(deps.host, deps.config.target.python,
+                                                                deps.config.target.library_packages)
+    return _IPC_VARIABLES[key]
+
+
+_IPC_VARIABLES: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
 
 
 def launched_before(host: Host, base: str, ledger: str) -> str | None:

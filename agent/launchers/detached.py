@@ -11,6 +11,7 @@ from agent.launchers.base import (
     LauncherDeps,
     LaunchPlan,
     RunHandle,
+    ipc_variables,
     job_environment,
     launched_before,
     run_folders,
@@ -62,7 +63,7 @@ class DetachedLauncher:
             deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/launches"], timeout=30)
             env, unset = job_environment(deps, state, env_base, plan.env)
             run = runs.launch(deps.host, with_unset(plan.command, unset), run_dir=base, cwd=cfg.target.workdir,
-                              env=env)
+                              env=env, ipc_vars=ipc_variables(deps))
             write_ledger(deps.host, ledger, {"n": plan.n, "run": run.dir})
             record["run_id"], record["run_dir"] = run.id, run.dir
             deps.record("launch", "launch", {"n": plan.n, "kind": plan.kind, "run_dir": run.dir,

@@ -28,6 +28,7 @@ from agent.launchers.base import (
     LauncherDeps,
     LaunchPlan,
     RunHandle,
+    ipc_variables,
     job_environment,
     read_from,
     write_ledger,
@@ -163,7 +164,8 @@ def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
         command, resolved = in_target_env(deps.host, server_job.with_port(target.server_command or [], port), target)
         env, unset = job_environment(deps, state, WIDE_CONSOLE)
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/servers"], timeout=30)
-        run = runs.launch(deps.host, with_unset(command, unset), run_dir=base, cwd=target.workdir, env=env)
+        run = runs.launch(deps.host, with_unset(command, unset), run_dir=base, cwd=target.workdir, env=env,
+                          ipc_vars=ipc_variables(deps))
         write_ledger(deps.host, ledger, {"n": n, "run": run.dir, "port": port})
         deps.record("server", "launch", {"event": "started", "n": n, "run_dir": run.dir, "log": run.log,
                                          "port": port, "command": command, **resolved})

@@ -20,6 +20,7 @@ from agent.launchers.base import (
     LauncherDeps,
     LaunchPlan,
     RunHandle,
+    ipc_variables,
     job_environment,
     launched_before,
     write_ledger,
@@ -60,7 +61,8 @@ class ShardRunsLauncher(DetachedLauncher):
             else:
                 run = runs.launch(host, with_unset(with_shard(plan.command, shard), unset),
                                   run_dir=f"{base}/s{shard}", cwd=cfg.target.workdir,
-                                  env={**env, "MEDIC_SHARD": str(shard), "MEDIC_SHARDS": str(total(cfg))})
+                                  env={**env, "MEDIC_SHARD": str(shard), "MEDIC_SHARDS": str(total(cfg))},
+                                  ipc_vars=ipc_variables(deps))
                 write_ledger(host, shard_ledger, {"n": n, "shard": shard, "run": run.dir})
                 folder = run.dir
             folders[str(shard)] = folder

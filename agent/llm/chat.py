@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import openai
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from agent.llm import endpoint
 from tools.errors import LLMError
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class LLMConfig(BaseModel):
     # how the model answers: "tools" (function calls), "json" (one JSON edit in the content, held to a JSON schema
     # by the server's structured outputs), "auto" (tools, and json when the server refuses the tool request)
     protocol: Literal["auto", "tools", "json"] = "auto"
+    # the log of the server behind base_url when medic (or its bench) started it: a dead engine's fatal line
+    server_log: str | None = None
 
     @classmethod
     def from_env(cls, **overrides: Any) -> LLMConfig:
@@ -175,9 +178,9 @@ class ChatModel:
         except openai.OpenAIError as exc:
             raise self._as_llm_error(exc) from None  # the cause may quote the key (OpenAI's 401 body does)
         if not getattr(completion, "choices", None):
-            raise LLMError(
-                f"the model endpoint {self.config.endpoint} broke protocol: a reply with no choices"
-            )
+            said = self._server_detail({"error": getattr(completion, "error", None)}).removeprefix(": ")
+            broke = f"the model endpoint {self.config.endpoint} broke protocol: a reply with no choices"
+            raise LLMError(self._dead(said) or broke + (f" ({said})" if said else ""))
         usage = self._count(completion, messages)
         choice = completion.choices[0]
         calls = tuple(
@@ -227,7 +230,7 @@ class ChatModel:
         if isinstance(exc, openai.APIStatusError):
             detail = self._server_detail(exc.body)
             if exc.status_code >= 500:
-                return LLMError(
+                return LLMError(self._dead(detail.removeprefix(": ")) or
                     f"the model endpoint {where} failed with HTTP {exc.status_code} {tries}{detail}"
                 )
             said = f"the model endpoint {where} rejected the request (HTTP {exc.status_code}){detail}"
@@ -235,12 +238,17 @@ class ChatModel:
         if isinstance(exc, openai.APITimeoutError):
             return LLMError(f"the model endpoint {where} did not answer within {cfg.timeout:g}s, {tries}")
         if isinstance(exc, openai.APIConnectionError):
-            return LLMError(f"cannot reach the model endpoint {where} {tries}: is the server up?")
+            return LLMError(self._dead() or f"cannot reach the model endpoint {where} {tries}: is the server up?")
         if isinstance(exc, openai.APIResponseValidationError):
             return LLMError(f"the model endpoint {where} broke protocol: its reply is not a chat completion")
         return LLMError(
             f"the model endpoint {where} call failed: {self._redact(type(exc).__name__ + ': ' + str(exc))}"
         )
+
+    def _dead(self, said: str = "") -> str:
+        """The endpoint's own /health when a reply is unusable: a dead engine is named, not a protocol break."""
+        dead = endpoint.dead_endpoint(self.config.endpoint, self.config.base_url, self.config.server_log, said)
+        return self._redact(dead) if dead else ""
 
     def _server_detail(self, body: object) -> str:
         """The server's own short reason (a 400 says which parameter), never the key."""

@@ -16,7 +16,8 @@ Recorder = Callable[[EventKind, str, dict[str, Any]], None]
 
 def llm_fallback(settings: dict[str, str], record: Recorder) -> Repair:
     """A Repair backed by an OpenAI-compatible endpoint; usage and the transcript go to the trace."""
-    tunables = {k: settings.get(k) for k in ("timeout", "max_reply_tokens", "max_calls", "max_tokens", "protocol")}
+    tunables = {k: settings.get(k) for k in ("timeout", "max_reply_tokens", "max_calls", "max_tokens", "protocol",
+                                                   "server_log")}
     config = LLMConfig.from_env(base_url=settings.get("base_url"), model=settings.get("model"), **tunables)
     model = ChatModel(config)
 
