@@ -20,7 +20,7 @@ EventKind = Literal[
     "scheduler", "resubmit", "shard",
     # faults and their remedies (one path, whoever found the fault)
     "fault", "candidate", "no_repair", "approval", "approval_answer", "approval_refused", "policy",
-    "applied", "patch_refused", "reverted", "host_step",
+    "not_proposed", "applied", "patch_refused", "reverted", "host_step",
     # relaunch confirmation, output validation
     "confirm", "confirm_answer", "validate", "canary_passed",
     # the model path

@@ -163,7 +163,9 @@ class NoRepairData(TypedDict, total=False):
     fault: str
     why: str
     left_for: str
-    outcome: str  # an outcome of its own (not_found), not the plain no_repair
+    outcome: str  # an outcome of its own (not_found, rejected), not the plain no_repair
+    asks: str  # a scan fault whose repair a person rejected: the question asked next (agent/answers.py)
+    patch_id: str  # the rejected patch that question is about
 
 
 class PatchData(TypedDict, total=False):  # applied, patch_refused, reverted
@@ -193,6 +195,17 @@ class ApprovalData(TypedDict, total=False):  # approval, approval_answer, approv
     reason: str
     by: str
     why: str
+    question: str  # approval_answer: approve_patch | host_change | launch_into_fault; approval: the words asked
+    diff: str  # what was answered (an edit: the person's diff)
+    at: float
+    fault: str
+    fault_fingerprint: str
+
+
+class NotProposedData(TypedDict, total=False):  # not_proposed: a candidate that is a diff a person rejected
+    patch_id: str
+    same_as: str
+    why: str
 
 
 class ConfirmData(TypedDict, total=False):  # confirm, confirm_answer
@@ -200,6 +213,8 @@ class ConfirmData(TypedDict, total=False):  # confirm, confirm_answer
     session: str
     action: str | None
     by: str
+    reason: str
+    at: float
 
 
 class ValidateData(TypedDict, total=False):
@@ -256,7 +271,8 @@ PAYLOADS: dict[str, type] = {
     "server": ServerData, "scheduler": SchedulerData, "resubmit": ResubmitData, "shard": ShardData,
     "fault": FaultData, "candidate": CandidateData, "no_repair": NoRepairData,
     "approval": ApprovalData, "approval_answer": ApprovalData, "approval_refused": ApprovalData,
-    "policy": ApprovalData, "applied": PatchData, "patch_refused": PatchData, "reverted": PatchData,
+    "policy": ApprovalData, "not_proposed": NotProposedData, "applied": PatchData, "patch_refused": PatchData,
+    "reverted": PatchData,
     "host_step": HostStepData, "confirm": ConfirmData, "confirm_answer": ConfirmData, "validate": ValidateData,
     "canary_passed": LaunchRefData, "llm": LlmData, "checks_queued": ChecksQueuedData, "stopped": StoppedData,
     "notify": NotifyData,
