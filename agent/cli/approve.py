@@ -213,11 +213,11 @@ def approve(
         go["by"] = _who()
         finish(config, drive(config, lambda view: run_session(config, resume=go, view=view)), postmortem=False)
         return
+    if proposal.get("question") and yes:  # not a patch to approve: whether to launch into the fault it was for
+        raise UsageError(f"session {session} asks: {LAUNCH_QUESTION}: pass --launch, --edit or --reject REASON")
     show_proposal(proposal)
-    if proposal.get("question"):  # not a patch to approve: whether to launch into the fault it was for
+    if proposal.get("question"):
         console.print(f"{LAUNCH_QUESTION} (rejected: patch {proposal['patch'].get('id')}, above)")
-        if yes:
-            raise UsageError(f"session {session} asks: {LAUNCH_QUESTION}: pass --launch, --edit or --reject REASON")
     elif launch:
         raise UsageError(f"session {session} waits for patch {proposal['patch'].get('id')}: --launch answers "
                          "only a launch into a fault whose repair was rejected")
