@@ -14,6 +14,8 @@ EventKind = Literal[
     "scan", "canary",
     # launches
     "launch", "phase", "check", "run_end",
+    # a resumed medic's first look at the launch it left: pid, still running or ended
+    "reattach",
     # the server of a two-process job: start, ready, reuse, exit
     "server",
     # a Slurm job's scheduler: why it waits, a resubmit after a transient end, a shard verified

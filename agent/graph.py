@@ -5,6 +5,7 @@
                                               ├─(crashed)─► diagnose ─► repair
                                               └─(a check failed while loading)─► revert ─► repair
     diagnose ─(the same fault again)─► revert;  approve ─(rejected)─► repair;  apply ─(refused)─► repair
+    repair ─(a person rejected a scan fault's repair: launch anyway, edit, or stop?)─► approve
     verify ─(checks ok)─► [confirm] ─► launch;  verify ─(a check failed)─► revert
     verify ─(a budget spent)─► budget_stop ─► report;  confirm ─(not confirmed)─► report
     validate ─(wrong output)─► repair;  validate ─(the canary or a shard passed)─► launch

@@ -37,6 +37,14 @@ class ResumeData(TypedDict, total=False):
     pid: int
 
 
+class ReattachData(TypedDict, total=False):
+    launch: int
+    kind: str
+    pid: int | None
+    state: str  # running | exited | vanished (tools/runs.py)
+    exit_code: int | None
+
+
 class ExitData(TypedDict, total=False):
     outcome: str
     detail: str
@@ -266,6 +274,7 @@ class NotifyData(TypedDict, total=False):
 
 PAYLOADS: dict[str, type] = {
     "preflight": PreflightData, "warning": MessageData, "resume": ResumeData, "exit": ExitData,
+    "reattach": ReattachData,
     "scan": ScanData, "canary": CanaryData,
     "launch": LaunchData, "phase": PhaseData, "check": CheckResult, "run_end": RunEndData,
     "server": ServerData, "scheduler": SchedulerData, "resubmit": ResubmitData, "shard": ShardData,

@@ -26,6 +26,7 @@ from agent.payloads import (
     PatchData,
     PhaseData,
     PreflightData,
+    ReattachData,
     ResubmitData,
     RunEndData,
     ScanData,
@@ -170,6 +171,14 @@ class View:
         if kind == "candidate":
             cand = data_of(data, CandidateData)
             return f"  [yellow]candidate[/] {p(cand.get('origin', ''))}: {p(cand.get('rationale', ''))}"
+        if kind == "reattach":
+            found = data_of(data, ReattachData)
+            pid = f" (pid {p(found.get('pid'))})" if found.get("pid") else ""
+            what = {"running": "is still running: following it",
+                    "exited": f"ended (exit {p(found.get('exit_code'))}) while medic was away: reading its log"}.get(
+                str(found.get("state")), "is gone (no exit code): reading what it left")
+            launch = f"launch {p(found.get('launch', ''))} ({p(found.get('kind', ''))}){pid}"
+            return f"[bold]resumed[/]: found {launch} {what}"
         if kind == "approval_answer":
             said = data_of(data, ApprovalData)
             why = f" ({p(said.get('reason', ''))})" if said.get("reason") else ""
