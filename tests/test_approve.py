@@ -170,7 +170,7 @@ def test_stale_inside_the_graph_keeps_the_patch_pending_and_a_later_answer_count
     assert fake.events("approval_refused")[0]["why"].startswith("stale: ")
     fake.caller.write_text(CALLER)
     outcome, _ = run_session(fake.config, resume={"action": "reject", "reason": "second answer", "by": "t2"})
-    assert outcome == "no_repair"  # the reject was heard, not the stale approve before it
+    assert outcome == "rejected"  # the reject was heard, not the stale approve before it
     assert [a["by"] for a in fake.events("approval_answer")] == ["t2"]
 
 
