@@ -97,17 +97,12 @@ def launch_question(state: SessionState) -> CandidateData | None:
 def why_nothing_left(state: SessionState, failed: int) -> str:
     """Why the current fault has no repair left, in a person's words: a 'no' is said as one, not as a failure."""
     declined = declined_by_a_person(state)
-    said = [f"a person rejected patch {pid}" + (f" ({reason})" if (reason := reason_for(state, pid)) else "")
+    rejects = {a.get("patch_id"): a for a in state.get("answers") or [] if a.get("action") == "reject"}
+    said = [(f"a person rejected patch {pid}" + (f" ({answer.get('reason')})" if answer.get("reason") else ""))
+            if (answer := rejects.get(pid)) is not None else f"patch {pid} is a diff a person rejected before"
             for pid in declined]
     rest = failed - len(declined)
     return "; ".join([*said, *([f"{rest} candidate patch(es) failed"] if rest > 0 else [])])
-
-
-def reason_for(state: SessionState, patch_id: str) -> str:
-    for answer in reversed(state.get("answers") or []):
-        if answer.get("patch_id") == patch_id and answer.get("action") == "reject":
-            return answer.get("reason") or ""
-    return "the same diff as one rejected before" if patch_id in (state.get("declined") or []) else ""
 
 
 def confirm_answered(state: SessionState, said: dict[str, Any]) -> dict[str, Any]:
