@@ -65,7 +65,7 @@ def timeline_svg(s: Summary, width: int = 1100) -> str:
         parts.append(f'<line class="fault" x1="{x:.1f}" y1="{y - 3}" x2="{x:.1f}" y2="{y + row - 5}" '
                      f'stroke="#7a0000" stroke-width="3"><title>{escape(f"fault {f.seq}: {f.said}")}</title></line>')
     for p in s.patches:
-        if p.state == "proposed":
+        if p.state in ("proposed", "rejected"):  # never on disk: no mark on the timeline
             continue
         before = [launch for launch in s.launches if launch.start <= p.at]
         mid = top + ((before[-1].seq - 1) if before else 0) * row + (row - 8) / 2
