@@ -312,7 +312,8 @@ def postmortem_markdown(trace: Trace) -> str:
         phases = ", ".join(f"{k} @{human_seconds(v)}" for k, v in launch.phases.items()) or "-"
         faults = ", ".join(str(f.seq) for f in s.faults if f.launch is launch) or "-"
         nxt = s.launches[launch.seq].start if launch.seq < len(s.launches) else float("inf")
-        after = ", ".join(p.id for p in s.patches if p.state != "proposed" and launch.start < p.at < nxt) or "-"
+        after = ", ".join(p.id for p in s.patches
+                          if p.state not in ("proposed", "rejected") and launch.start < p.at < nxt) or "-"
         label = f"{launch.seq} (L{launch.n}{' canary' if launch.canary else ''}" \
                 f"{', reattached' if launch.reattached else ''})"
         out.append(f"| {label} | +{human_seconds(launch.start)} | {human_seconds(launch.seconds)} | {phases} | "
