@@ -146,13 +146,18 @@ def answer_lines(answers: list[AnswerData], people: Callable[[str], str]) -> lis
         return []
     out = ["## Questions and answers", ""]
     for i, a in enumerate(answers, 1):
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(a.get("at") or 0)))
-        asked = QUESTIONS.get(str(a.get("question")), str(a.get("question")))
-        about = f" (patch `{a['patch_id']}`)" if a.get("patch_id") else ""
-        fault = f" for `{people(str(a['fault']))}`" if a.get("fault") else ""
-        reason = f": {people(str(a['reason']))}" if a.get("reason") else ""
-        out += [f"{i}. {when} — {asked}{about}{fault} — **{a.get('action')}** by {a.get('by') or 'unknown'}{reason}"]
+        out += [f"{i}. {answer_line(a, people)}"]
         if a.get("diff"):
             out += ["", "   ```diff", *[f"   {line}" for line in str(a["diff"]).rstrip().splitlines()], "   ```"]
         out.append("")
     return out
+
+
+def answer_line(a: AnswerData, people: Callable[[str], str], bold: str = "**") -> str:
+    """One answer on one line: when, the question, about what, the answer, who, why."""
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(a.get("at") or 0)))
+    asked = QUESTIONS.get(str(a.get("question")), str(a.get("question")))
+    about = f" (patch `{a['patch_id']}`)" if a.get("patch_id") else ""
+    fault = f" for `{people(str(a['fault']))}`" if a.get("fault") else ""
+    reason = f": {people(str(a['reason']))}" if a.get("reason") else ""
+    return f"{when} — {asked}{about}{fault} — {bold}{a.get('action')}{bold} by {a.get('by') or 'unknown'}{reason}"

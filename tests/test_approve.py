@@ -20,6 +20,7 @@ from agent.answers import LAUNCH_QUESTION
 from agent.cli.approve import read_session, status_line
 from agent.policy import Policy, decide, load_policy, policy_answer
 from agent.record.postmortem import postmortem_markdown
+from agent.record.postmortem_html import postmortem_html
 from agent.record.replay import replay
 from agent.record.tracefile import read_trace
 from agent.session import run_session
@@ -333,6 +334,8 @@ def test_a_rejected_scan_repair_asks_before_launching_into_its_fault_and_is_neve
     assert "chosen by" in crash and "after the scan's repair for it was rejected" in crash
     assert "a crash" not in crash  # the load a person chose is not charged as a crash medic could not prevent
     assert f"{pid} — derived:unexpected_kwarg:drop for fault 1: rejected" in post
+    page = postmortem_html(read_trace(fake.trace_path))
+    assert "<h2>Questions and answers</h2>" in page and "launch by " in page
     assert replay(fake.trace_path).first_divergence is None
 
 
