@@ -164,28 +164,28 @@ def edit_in_editor(diff: str) -> str:
             os.unlink(name)
 
 
+CHOICES = {"a": "approve", "r": "reject", "e": "edit"}
+LAUNCH_CHOICES = {"l": "launch", "e": "edit", "s": "reject"}  # stop: the session ends rejected
+
+
 def ask(launch_question: bool = False) -> dict[str, Any]:
-    """No flag: ask at a terminal; without one, refuse rather than guess. The launch question's stop is a reject."""
+    """No flag: ask at a terminal; without one, refuse rather than guess."""
+    choices = LAUNCH_CHOICES if launch_question else CHOICES
     if not sys.stdin.isatty():
         raise UsageError("no terminal to ask at: pass " + ("--launch, --edit or --reject REASON" if launch_question
                                                            else "--yes, --reject REASON or --edit"))
     try:
-        words, default = ("launch anyway, edit, or stop? [l/e/s]", "s") if launch_question else (
-            "approve, reject or edit? [a/r/e]", "a")
-        choice = typer.prompt(words, default=default).strip().lower()[:1]
-        choice = {"s": "r", "a": "?"}.get(choice, choice) if launch_question else choice
-        reason = typer.prompt("why (for the trace)", default="rejected") if choice == "r" else ""
+        words = "launch anyway, edit, or stop?" if launch_question else "approve, reject or edit?"
+        choice = typer.prompt(f"{words} [{'/'.join(choices)}]", default="s" if launch_question else "a")
+        choice = choice.strip().lower()[:1]
+        if choice not in choices:
+            raise UsageError(f"answer {', '.join(choices)}, not {choice!r}: the patch still waits")
+        answer: dict[str, Any] = {"action": choices[choice]}
+        if answer["action"] == "reject":
+            answer["reason"] = typer.prompt("why (for the trace)", default="rejected")
     except typer.Abort:  # Ctrl-C or end of input at the prompt: no answer, not a crash
         raise UsageError("no answer was given: the patch still waits") from None
-    if choice == "l" and launch_question:
-        return {"action": "launch"}
-    if choice == "a":
-        return {"action": "approve"}
-    if choice == "r":
-        return {"action": "reject", "reason": reason}
-    if choice == "e":
-        return {"action": "edit"}
-    raise UsageError(f"answer a, r or e, not {choice!r}: the patch still waits")
+    return answer
 
 
 def approve(
