@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.answers import LAUNCH_ACTIONS, LAUNCH_QUESTION, answered, entry
 from agent.codec import patch_to_dict, proposal_of
 from agent.decisions import set_aside
 from agent.deps import Deps
@@ -56,18 +57,51 @@ def answer_proposal(state: SessionState, deps: Deps, answer: Any) -> dict[str, A
         deps.record("approval_refused", "approve", {"patch_id": patch_id, "why": "stale: " + "; ".join(stale),
                                                     "by": answer.get("by", "")})
         return {"proposal": None}
-    deps.record("approval_answer", "approve", {"patch_id": patch_id, "action": action,
-                                               "reason": answer.get("reason", ""), "by": answer.get("by", "")})
+    if action == "edit":
+        try:
+            edited = edited_patch(deps.host, proposal, answer.get("diff") or "")
+        except PatchError as err:
+            said = entry(deps.clock(), proposal, answer, state.get("fault"))
+            deps.record("approval_answer", "approve", {**said})
+            deps.record("patch_refused", "approve", {"patch_id": patch_id, "why": f"edited diff: {err}"})
+            return {**set_aside(state, patch_id), **answered(state, said)}
+        answer = {**answer, "diff": edited.diff}
+    said = entry(deps.clock(), proposal, answer, state.get("fault"))
+    deps.record("approval_answer", "approve", {**said})
     if action == "approve":  # who approved decides who takes a host step: a policy lets medic run it
-        return {"proposal": {**proposal, "approved_by": str(answer.get("by", ""))}}
+        return {"proposal": {**proposal, "approved_by": str(answer.get("by", ""))}, **answered(state, said)}
     if action == "reject":
-        return set_aside(state, patch_id)
-    try:
-        edited = edited_patch(deps.host, proposal, answer.get("diff") or "")
-    except PatchError as err:
-        deps.record("patch_refused", "approve", {"patch_id": patch_id, "why": f"edited diff: {err}"})
-        return set_aside(state, patch_id)
-    return {"proposal": {**proposal, "patch": patch_to_dict(edited), "origin": edited.origin}}
+        return {**set_aside(state, patch_id), **answered(state, said)}
+    return {"proposal": {**proposal, "patch": patch_to_dict(edited), "origin": edited.origin},
+            **answered(state, said)}
+
+
+def answer_launch(state: SessionState, deps: Deps, answer: Any) -> dict[str, Any]:
+    """The person's answer to LAUNCH_QUESTION: launch anyway (the runs will tell), edit the rejected diff into one
+    they accept (applied and verified like any patch), or stop (the session ends ``rejected``)."""
+    asked = proposal_of(state)
+    if not isinstance(answer, dict) or answer.get("action") not in LAUNCH_ACTIONS:
+        raise UsageError(f"the answer to '{LAUNCH_QUESTION}' is one of {', '.join(LAUNCH_ACTIONS)}, not {answer!r}")
+    proposal: CandidateData = {k: v for k, v in asked.items() if k != "question"}  # type: ignore[assignment]
+    edited = None
+    if answer["action"] == "edit":
+        try:
+            edited = edited_patch(deps.host, proposal, answer.get("diff") or "")
+        except PatchError as err:  # nothing written: the question stands
+            deps.record("patch_refused", "approve", {"patch_id": asked["patch"].get("id"),
+                                                     "why": f"edited diff: {err}"})
+            return {"proposal": None}
+        answer = {**answer, "diff": edited.diff}
+    said = entry(deps.clock(), asked, answer, state.get("fault"))
+    deps.record("approval_answer", "approve", {**said})
+    update = {**answered(state, said), "proposal": None}
+    if edited is not None:
+        return {**update, "proposal": {**proposal, "patch": patch_to_dict(edited), "origin": edited.origin}}
+    if answer["action"] == "reject":
+        return {**update, "outcome": "rejected",
+                "outcome_detail": f"{said.get('fault')} — {LAUNCH_QUESTION}: {said.get('by') or 'a person'} said "
+                                  f"stop ({said.get('reason') or 'no reason given'})"}
+    return update
 
 
 def edited_patch(host: Host, proposal: CandidateData, diff: str) -> Patch:

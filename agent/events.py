@@ -14,13 +14,15 @@ EventKind = Literal[
     "scan", "canary",
     # launches
     "launch", "phase", "check", "run_end",
+    # a resumed medic's first look at the launch it left: pid, still running or ended
+    "reattach",
     # the server of a two-process job: start, ready, reuse, exit
     "server",
     # a Slurm job's scheduler: why it waits, a resubmit after a transient end, a shard verified
     "scheduler", "resubmit", "shard",
     # faults and their remedies (one path, whoever found the fault)
     "fault", "candidate", "no_repair", "approval", "approval_answer", "approval_refused", "policy",
-    "applied", "patch_refused", "reverted", "host_step",
+    "not_proposed", "applied", "patch_refused", "reverted", "host_step",
     # relaunch confirmation, output validation
     "confirm", "confirm_answer", "validate", "canary_passed",
     # the model path

@@ -111,7 +111,7 @@ def record_fault(state: SessionState, fault: Fault, *, launch: Any, repeated: bo
     entry: FaultData = {**current, "launch": launch, "repeated": repeated}
     update: dict[str, Any] = {"fault": current, "faults": [*(state.get("faults") or []), entry], "candidates": []}
     if not repeated:
-        update["tried"] = []
+        update["tried"], update["declined"] = [], []
     return update
 
 

@@ -5,6 +5,7 @@
                                               ├─(crashed)─► diagnose ─► repair
                                               └─(a check failed while loading)─► revert ─► repair
     diagnose ─(the same fault again)─► revert;  approve ─(rejected)─► repair;  apply ─(refused)─► repair
+    repair ─(a person rejected a scan fault's repair: launch anyway, edit, or stop?)─► approve
     verify ─(checks ok)─► [confirm] ─► launch;  verify ─(a check failed)─► revert
     verify ─(a budget spent)─► budget_stop ─► report;  confirm ─(not confirmed)─► report
     validate ─(wrong output)─► repair;  validate ─(the canary or a shard passed)─► launch
@@ -32,6 +33,7 @@ from typing import Any, Literal, get_args, get_type_hints
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
+from agent.answers import confirm_answered
 from agent.codec import proposal_of
 from agent.deps import Deps, Settings
 from agent.job import on_canary, target_launches
@@ -97,7 +99,9 @@ def after_repair(state: SessionState, deps: Settings) -> Literal["approve", "app
         return "scan" if predicted(state.get("fault")) else "report"
     # a policy file makes even unattended sessions ask it (deny rules must bind there too); a change to the
     # host itself is never made unattended: a person (or a policy rule) says so first
-    asks = deps.config.mode == "approve" or deps.config.policy_file or needs_host_change(state)
+    proposal = state.get("proposal")
+    asked_again = bool(proposal and proposal.get("question"))  # after a person's no, only a person answers
+    asks = deps.config.mode == "approve" or deps.config.policy_file or needs_host_change(state) or asked_again
     return "approve" if asks else "apply"
 
 
@@ -128,10 +132,16 @@ def after_confirm(state: SessionState) -> Literal["launch", "report"]:
 # -- nodes that need no module of their own ---------------------------------------------------------------
 def approve(state: SessionState, deps: Deps) -> dict[str, Any]:
     """Approve mode: wait for a person. On resume the answer is the value given to Command(resume=…)."""
-    from agent.approval import answer_proposal
+    from agent.answers import LAUNCH_INTO_FAULT, LAUNCH_QUESTION
+    from agent.approval import answer_launch, answer_proposal
     from agent.policy import policy_answer
 
     proposal = proposal_of(state)
+    if proposal.get("question") == LAUNCH_INTO_FAULT:  # no policy answers it: a person said no before
+        deps.record("approval", "approve", {"patch_id": proposal["patch"].get("id"), "question": LAUNCH_QUESTION,
+                                            "session": deps.config.session_id, "host_steps": []})
+        return answer_launch(state, deps, interrupt({"kind": LAUNCH_INTO_FAULT, "proposal": proposal,
+                                                     "question": LAUNCH_QUESTION, "host_steps": []}))
     auto = policy_answer(deps.config, proposal)  # before the interrupt: an auto-answer never waits
     if auto is not None:
         deps.record("policy", "approve", {"patch_id": proposal["patch"].get("id"), **auto})
@@ -151,11 +161,14 @@ def confirm(state: SessionState, deps: Deps) -> dict[str, Any]:
     deps.record("confirm", "confirm", {"launch": n, "session": deps.config.session_id})
     answer = interrupt({"kind": "confirm_launch", "launch": n, "patches": patches})
     action = answer.get("action") if isinstance(answer, dict) else None
-    deps.record("confirm_answer", "confirm", {"launch": n, "action": action, "by": (answer or {}).get("by", "")})
+    said = {"launch": n, "action": action, "by": (answer or {}).get("by", ""),
+            "reason": (answer or {}).get("reason") or "", "at": deps.clock()}
+    deps.record("confirm_answer", "confirm", said)
+    update = confirm_answered(state, said)
     if action == "approve":
-        return {}
-    reason = (answer or {}).get("reason") or "no reason given"
-    return {"outcome": "rejected", "outcome_detail": f"launch {n} was not confirmed: {reason}"}
+        return update
+    return {**update, "outcome": "rejected",
+            "outcome_detail": f"launch {n} was not confirmed: {said['reason'] or 'no reason given'}"}
 
 
 def budget_stop(state: SessionState, deps: Settings) -> dict[str, Any]:

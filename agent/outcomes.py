@@ -26,7 +26,9 @@ OUTCOMES: dict[str, Outcome] = {
     "no_repair": Outcome(4, "a fault that no playbook, derived repair or model could fix"),
     "waiting": Outcome(5, "waiting for a person: `medic approve SESSION`"),
     "unverified": Outcome(6, "the job exited 0 but its output could not be verified"),
-    "rejected": Outcome(7, "a person (or a policy) said no to a relaunch"),
+    # a person's no is a decision: to every repair of a fault, to a launch into a fault whose repair they
+    # rejected, or (--confirm-launch) to a relaunch
+    "rejected": Outcome(7, "a person said no: to the repairs of a fault, to launching into it, or to a relaunch"),
     "host_change": Outcome(8, "waiting for a person to change the host: run the step shown, then `medic resume`"),
     # medic itself was stopped (a signal, or it died) before the session ended: nothing is lost
     "stopped": Outcome(9, "medic was stopped before the session ended: `medic resume SESSION` goes on"),

@@ -37,6 +37,14 @@ class ResumeData(TypedDict, total=False):
     pid: int
 
 
+class ReattachData(TypedDict, total=False):
+    launch: int
+    kind: str
+    pid: int | None
+    state: str  # running | exited | vanished (tools/runs.py)
+    exit_code: int | None
+
+
 class ExitData(TypedDict, total=False):
     outcome: str
     detail: str
@@ -163,7 +171,9 @@ class NoRepairData(TypedDict, total=False):
     fault: str
     why: str
     left_for: str
-    outcome: str  # an outcome of its own (not_found), not the plain no_repair
+    outcome: str  # an outcome of its own (not_found, rejected), not the plain no_repair
+    asks: str  # a scan fault whose repair a person rejected: the question asked next (agent/answers.py)
+    patch_id: str  # the rejected patch that question is about
 
 
 class PatchData(TypedDict, total=False):  # applied, patch_refused, reverted
@@ -193,6 +203,17 @@ class ApprovalData(TypedDict, total=False):  # approval, approval_answer, approv
     reason: str
     by: str
     why: str
+    question: str  # approval_answer: approve_patch | host_change | launch_into_fault; approval: the words asked
+    diff: str  # what was answered (an edit: the person's diff)
+    at: float
+    fault: str
+    fault_fingerprint: str
+
+
+class NotProposedData(TypedDict, total=False):  # not_proposed: a candidate that is a diff a person rejected
+    patch_id: str
+    same_as: str
+    why: str
 
 
 class ConfirmData(TypedDict, total=False):  # confirm, confirm_answer
@@ -200,6 +221,8 @@ class ConfirmData(TypedDict, total=False):  # confirm, confirm_answer
     session: str
     action: str | None
     by: str
+    reason: str
+    at: float
 
 
 class ValidateData(TypedDict, total=False):
@@ -251,12 +274,14 @@ class NotifyData(TypedDict, total=False):
 
 PAYLOADS: dict[str, type] = {
     "preflight": PreflightData, "warning": MessageData, "resume": ResumeData, "exit": ExitData,
+    "reattach": ReattachData,
     "scan": ScanData, "canary": CanaryData,
     "launch": LaunchData, "phase": PhaseData, "check": CheckResult, "run_end": RunEndData,
     "server": ServerData, "scheduler": SchedulerData, "resubmit": ResubmitData, "shard": ShardData,
     "fault": FaultData, "candidate": CandidateData, "no_repair": NoRepairData,
     "approval": ApprovalData, "approval_answer": ApprovalData, "approval_refused": ApprovalData,
-    "policy": ApprovalData, "applied": PatchData, "patch_refused": PatchData, "reverted": PatchData,
+    "policy": ApprovalData, "not_proposed": NotProposedData, "applied": PatchData, "patch_refused": PatchData,
+    "reverted": PatchData,
     "host_step": HostStepData, "confirm": ConfirmData, "confirm_answer": ConfirmData, "validate": ValidateData,
     "canary_passed": LaunchRefData, "llm": LlmData, "checks_queued": ChecksQueuedData, "stopped": StoppedData,
     "notify": NotifyData,

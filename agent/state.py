@@ -117,6 +117,21 @@ class CandidateData(TypedDict):
     evidence: list[str]
     checks: list[CheckData]
     approved_by: NotRequired[str]  # who said yes; a policy rule's name lets medic run host steps
+    question: NotRequired[str]  # asked again as another question (agent/answers.py LAUNCH_INTO_FAULT)
+
+
+class AnswerData(TypedDict, total=False):
+    """One question a person (or a policy rule) answered (agent/answers.py): report.md lists them all."""
+
+    at: float  # epoch seconds
+    by: str  # the person's login, or policy:<rule>
+    question: str  # approve_patch | host_change | launch_into_fault
+    patch_id: str
+    action: str  # approve | edit | reject; launch (the launch question)
+    reason: str
+    diff: str  # what was asked about (an edit: the person's diff)
+    fault: str  # the fault's summary
+    fault_fingerprint: str
 
 
 class KeptPatch(CandidateData, total=False):
@@ -269,6 +284,12 @@ class SessionState(TypedDict, total=False):
 
     tried: list[str]
     """Patch ids tried (applied then failed, or rejected) for the current fault."""
+
+    declined: list[str]
+    """Patch ids a person said no to (rejected, or the same diff as one rejected): a decision, not a failure."""
+
+    answers: list[AnswerData]
+    """Every question a person or a policy answered, in order (agent/answers.py)."""
 
     proposal: CandidateData | None
     """The candidate about to be applied (approve mode: waiting for a person)."""

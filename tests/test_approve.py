@@ -16,9 +16,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from agent.answers import LAUNCH_QUESTION
+from agent.cli.approve import read_session, status_line
 from agent.policy import Policy, decide, load_policy, policy_answer
+from agent.record.postmortem import postmortem_markdown
+from agent.record.postmortem_html import postmortem_html
+from agent.record.replay import replay
+from agent.record.tracefile import read_trace
 from agent.session import run_session
-from tests.fixtures_fake import CALLER, Fake
+from tests.fixtures_fake import CALLER, Fake, MakeFake
 from tools.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,15 +91,22 @@ def test_waits_then_approval_from_a_fresh_process_verifies(fake: Fake) -> None:
 
 
 # (b) -----------------------------------------------------------------------------------------------------
-def test_reject_with_reason_ends_with_a_report(fake: Fake) -> None:
+def test_reject_with_reason_ends_rejected_with_the_answer_in_the_report(fake: Fake) -> None:
     pid = wait_for_approval(fake)["patch"]["id"]
     done = cli("approve", "s1", "--reject", "I fix it upstream")
-    assert done.returncode == 4, done.stderr  # no_repair: the only candidate was rejected
+    assert done.returncode == 7, done.stderr  # rejected: a person's no ended it, not a failed repair (no_repair, 4)
     assert fake.caller.read_text() == CALLER
     (answer,) = fake.events("approval_answer")
-    assert answer == {"patch_id": pid, "action": "reject", "reason": "I fix it upstream", "by": answer["by"]}
-    assert fake.events("no_repair") and fake.events("exit")[-1]["outcome"] == "no_repair"
-    assert (Path(os.environ["MEDIC_HOME"]) / "sessions" / "s1" / "report.md").exists()
+    assert (answer["patch_id"], answer["action"], answer["reason"]) == (pid, "reject", "I fix it upstream")
+    assert answer["by"] and answer["question"] == "approve_patch" and "legacy=True" in answer["diff"]
+    (none,) = fake.events("no_repair")
+    assert none["why"] == f"a person rejected patch {pid} (I fix it upstream)" and "failed" not in none["why"]
+    assert fake.events("exit")[-1]["outcome"] == "rejected"
+    report = (Path(os.environ["MEDIC_HOME"]) / "sessions" / "s1" / "report.md").read_text()
+    asked = report.split("## Questions and answers", 1)[1]
+    assert f"(patch `{pid}`)" in asked and f"**reject** by {answer['by']}: I fix it upstream" in asked
+    assert "-    return fakelib.compute(x, mode='a', legacy=True)" in asked  # the diff answered
+    assert replay(fake.trace_path).first_divergence is None
 
 
 # (c) -----------------------------------------------------------------------------------------------------
@@ -158,7 +171,7 @@ def test_stale_inside_the_graph_keeps_the_patch_pending_and_a_later_answer_count
     assert fake.events("approval_refused")[0]["why"].startswith("stale: ")
     fake.caller.write_text(CALLER)
     outcome, _ = run_session(fake.config, resume={"action": "reject", "reason": "second answer", "by": "t2"})
-    assert outcome == "no_repair"  # the reject was heard, not the stale approve before it
+    assert outcome == "rejected"  # the reject was heard, not the stale approve before it
     assert [a["by"] for a in fake.events("approval_answer")] == ["t2"]
 
 
@@ -277,3 +290,71 @@ def test_policy_check_shows_the_rule_for_each_patch_of_a_session(tmp_path: Path,
     assert result.exit_code == 0, result.output
     row = next(line for line in result.stdout.splitlines() if pid in line)
     assert "fakecaller" in row and "allow" in row and "kwargs" in row
+
+
+# (h) a person's no to the scan's repair --------------------------------------------------------------------
+SCANNED = "from fakelib import compute\n\n\ndef run(x):\n    return compute(x, mode='a', legacy=True)\n"
+
+
+def scan_finds_the_drift(make_fake: MakeFake) -> Fake:
+    """The fake whose caller calls a name imported from fakelib: the scan proves the call raises before a launch."""
+    fake = make_fake(scan=True)
+    fake.caller.write_text(SCANNED)
+    outcome, values = run_session(fake.config)
+    assert outcome == "waiting" and values["fault"]["stage"] == "scan"
+    return fake
+
+
+def test_a_rejected_scan_repair_asks_before_launching_into_its_fault_and_is_never_proposed_again(
+        make_fake: MakeFake) -> None:
+    fake = scan_finds_the_drift(make_fake)
+    pid = fake.events("candidate")[0]["patch_id"]
+    outcome, _ = run_session(fake.config, resume={"action": "reject", "reason": "not this way", "by": "ann"})
+    assert outcome == "waiting"  # asked, not launched
+    assert "launch" not in fake.kinds() and fake.caller.read_text() == SCANNED
+    assert status_line(*read_session("s1")) == f"waiting: {LAUNCH_QUESTION} (patch {pid})"  # `medic sessions`
+    yes = cli("approve", "s1", "--yes")  # "yes" would be ambiguous here: one line, nothing answered
+    assert yes.returncode == 2 and "pass --launch, --edit or --reject REASON" in yes.stderr
+    assert len(yes.stderr.strip().splitlines()) == 1
+    done = cli("approve", "s1", "--launch")
+    assert done.returncode == 7, done.stderr  # the crash's only repair is the diff rejected: a person's no ends it
+    assert fake.kinds().count("launch") == 1 and len(fake.events("candidate")) == 1  # never proposed again
+    (again,) = fake.events("not_proposed")
+    assert again["same_as"] == pid
+    answers = fake.events("approval_answer")
+    assert [(a["question"], a["action"]) for a in answers] == [("approve_patch", "reject"),
+                                                                ("launch_into_fault", "launch")]
+    assert fake.events("exit")[-1]["outcome"] == "rejected"
+    report = (Path(os.environ["MEDIC_HOME"]) / "sessions" / "s1" / "report.md").read_text()
+    assert "not this way" in report and f"{LAUNCH_QUESTION} (patch `{pid}`)" in report and "**launch** by" in report
+    post = postmortem_markdown(read_trace(fake.trace_path))
+    asked = post.split("## Questions and answers", 1)[1]
+    assert "**reject** by" in asked and "**launch** by" in asked and "not this way" in asked
+    crash = next(line for line in post.splitlines() if line.startswith("2. [crash]"))
+    assert "chosen by" in crash and "after the scan's repair for it was rejected" in crash
+    assert "a crash" not in crash  # the load a person chose is not charged as a crash medic could not prevent
+    assert f"{pid} — derived:unexpected_kwarg:drop for fault 1: rejected" in post
+    page = postmortem_html(read_trace(fake.trace_path))
+    assert "<h2>Questions and answers</h2>" in page and "launch by " in page
+    assert replay(fake.trace_path).first_divergence is None
+
+
+def test_stop_at_the_launch_question_ends_rejected_before_any_launch(make_fake: MakeFake) -> None:
+    fake = scan_finds_the_drift(make_fake)
+    outcome, values = run_session(fake.config, resume={"action": "reject", "reason": "no", "by": "ann"})
+    assert outcome == "waiting" and values["proposal"]["question"] == "launch_into_fault"
+    outcome, values = run_session(fake.config, resume={"action": "reject", "reason": "fix upstream", "by": "ann"})
+    assert outcome == "rejected" and "ann said stop (fix upstream)" in values["outcome_detail"]
+    assert "launch" not in fake.kinds() and fake.caller.read_text() == SCANNED
+    assert [a["action"] for a in values["answers"]] == ["reject", "reject"]
+    assert replay(fake.trace_path).first_divergence is None
+
+
+def test_an_edit_at_the_launch_question_is_applied_and_verified(make_fake: MakeFake) -> None:
+    fake = scan_finds_the_drift(make_fake)
+    _, values = run_session(fake.config, resume={"action": "reject", "reason": "no", "by": "ann"})
+    diff = values["proposal"]["patch"]["files"][0]["diff"].replace("compute(x, mode='a')", 'compute(x, mode="a")')
+    outcome, values = run_session(fake.config, resume={"action": "edit", "diff": diff, "by": "ann"})
+    assert outcome == "verified", values.get("outcome_detail")
+    assert 'compute(x, mode="a")' in fake.caller.read_text() and fake.kinds().count("launch") == 1
+    assert replay(fake.trace_path).first_divergence is None

@@ -24,6 +24,7 @@ from rich.table import Table
 from typing_extensions import TypeIs
 
 from agent import store
+from agent.answers import LAUNCH_INTO_FAULT, LAUNCH_QUESTION
 from agent.approval import edited_patch, refuse_if_stale
 from agent.cli.live import drive
 from agent.cli.run import finish
@@ -61,7 +62,7 @@ def waits_for_launch(waiting: Waiting) -> TypeIs[LaunchWait]:
 def read_session(session_id: str) -> tuple[dict[str, Any], Waiting | None]:
     """(state values, the pending approval's proposal or None) from the latest checkpoint."""
     values, waiting = read_checkpoint(session_id)
-    if waiting is not None and waiting.get("kind") in ("approve_patch", "host_change"):
+    if waiting is not None and waiting.get("kind") in ("approve_patch", "host_change", LAUNCH_INTO_FAULT):
         return values, cast(CandidateData, waiting.get("proposal") or {})  # the checkpoint holds the state's
     if waiting is not None and waiting.get("kind") == "confirm_launch":
         launch = LaunchWait(confirm_launch=int(waiting.get("launch") or 0), patches=list(waiting.get("patches") or []))
@@ -74,6 +75,8 @@ def status_line(values: dict[str, Any], proposal: Waiting | None) -> str:
         return f"waiting: confirm launch {proposal['confirm_launch']}"
     if proposal is not None and proposal["patch"].get("host_steps"):  # a person changes the host, then resumes
         return f"waiting: run `{' && '.join(proposal['patch']['host_steps'])}`, then `medic resume`"
+    if proposal is not None and proposal.get("question"):
+        return f"waiting: {LAUNCH_QUESTION} (patch {proposal['patch'].get('id')})"
     if proposal is not None:
         return f"waiting: patch {proposal['patch'].get('id')} ({proposal.get('origin')})"
     if not values:
@@ -161,22 +164,28 @@ def edit_in_editor(diff: str) -> str:
             os.unlink(name)
 
 
-def ask() -> dict[str, Any]:
+CHOICES = {"a": "approve", "r": "reject", "e": "edit"}
+LAUNCH_CHOICES = {"l": "launch", "e": "edit", "s": "reject"}  # stop: the session ends rejected
+
+
+def ask(launch_question: bool = False) -> dict[str, Any]:
     """No flag: ask at a terminal; without one, refuse rather than guess."""
+    choices = LAUNCH_CHOICES if launch_question else CHOICES
     if not sys.stdin.isatty():
-        raise UsageError("no terminal to ask at: pass --yes, --reject REASON or --edit")
+        raise UsageError("no terminal to ask at: pass " + ("--launch, --edit or --reject REASON" if launch_question
+                                                           else "--yes, --reject REASON or --edit"))
     try:
-        choice = typer.prompt("approve, reject or edit? [a/r/e]", default="a").strip().lower()[:1]
-        reason = typer.prompt("why (for the trace)", default="rejected") if choice == "r" else ""
+        words = "launch anyway, edit, or stop?" if launch_question else "approve, reject or edit?"
+        choice = typer.prompt(f"{words} [{'/'.join(choices)}]", default="s" if launch_question else "a")
+        choice = choice.strip().lower()[:1]
+        if choice not in choices:
+            raise UsageError(f"answer {', '.join(choices)}, not {choice!r}: the patch still waits")
+        answer: dict[str, Any] = {"action": choices[choice]}
+        if answer["action"] == "reject":
+            answer["reason"] = typer.prompt("why (for the trace)", default="rejected")
     except typer.Abort:  # Ctrl-C or end of input at the prompt: no answer, not a crash
         raise UsageError("no answer was given: the patch still waits") from None
-    if choice == "a":
-        return {"action": "approve"}
-    if choice == "r":
-        return {"action": "reject", "reason": reason}
-    if choice == "e":
-        return {"action": "edit"}
-    raise UsageError(f"answer a, r or e, not {choice!r}: the patch still waits")
+    return answer
 
 
 def approve(
@@ -185,10 +194,11 @@ def approve(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="approve the patch as proposed")] = False,
     reject: Annotated[str | None, typer.Option(help="reject it, with this reason")] = None,
     edit: Annotated[bool, typer.Option(help="edit the diff in $EDITOR, then apply and verify that")] = False,
+    launch: Annotated[bool, typer.Option(help="launch anyway into a fault whose only repair was rejected")] = False,
 ) -> None:
     """Show the patch a session waits on and answer it; the session then continues until it ends or waits."""
-    if yes + (reject is not None) + edit > 1:
-        raise UsageError("--yes, --reject and --edit are one answer each: pass one")
+    if yes + (reject is not None) + edit + launch > 1:
+        raise UsageError("--yes, --reject, --edit and --launch are one answer each: pass one")
     config, proposal = waiting_proposal(session, patch)
     if waits_for_launch(proposal):  # --confirm-launch: the next launch waits, not a patch
         if edit:
@@ -203,9 +213,16 @@ def approve(
         go["by"] = _who()
         finish(config, drive(config, lambda view: run_session(config, resume=go, view=view)), postmortem=False)
         return
+    if proposal.get("question") and yes:  # not a patch to approve: whether to launch into the fault it was for
+        raise UsageError(f"session {session} asks: {LAUNCH_QUESTION}: pass --launch, --edit or --reject REASON")
     show_proposal(proposal)
-    answer = {"action": "approve"} if yes else {"action": "edit"} if edit else (
-        {"action": "reject", "reason": reject} if reject is not None else ask())
+    if proposal.get("question"):
+        console.print(f"{LAUNCH_QUESTION} (rejected: patch {proposal['patch'].get('id')}, above)")
+    elif launch:
+        raise UsageError(f"session {session} waits for patch {proposal['patch'].get('id')}: --launch answers "
+                         "only a launch into a fault whose repair was rejected")
+    answer = {"action": "approve"} if yes else {"action": "edit"} if edit else {"action": "launch"} if launch else (
+        {"action": "reject", "reason": reject} if reject is not None else ask(bool(proposal.get("question"))))
     host = connect_host(config)
     try:
         outcome = send_answer(config, proposal, answer, host)
@@ -222,7 +239,7 @@ def send_answer(config: SessionConfig, proposal: CandidateData, answer: dict[str
         refuse_if_stale(host, session, proposal)
     if answer["action"] == "edit":
         diff = edit_in_editor(patch_diff(proposal))
-        if diff == patch_diff(proposal):
+        if diff == patch_diff(proposal) and not proposal.get("question"):  # asked again: as it was is an answer
             raise UsageError(f"the diff is unchanged: `medic approve {session} --yes` approves it as proposed")
         try:
             edited = edited_patch(host, proposal, diff)

@@ -89,6 +89,7 @@ def end_detail(config: SessionConfig, outcome: str, values: dict[str, Any]) -> s
     if outcome in ("waiting", "host_change"):
         waiting = pending_interrupt(config.session_id) or {}
         what = {"approve_patch": "a patch to approve", "confirm_launch": "a go to relaunch",
+                "launch_into_fault": "an answer: the only repair for a fault that will crash the job was rejected",
                 "host_change": "a host step: " + "; ".join(waiting.get("host_steps") or [])}.get(
             str(waiting.get("kind")), "a person")
         verb = "resume" if outcome == "host_change" else "approve"

@@ -223,14 +223,21 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
 
 def revert(session: str) -> None:
     """Undo every patch of a session, newest first, byte-for-byte (refused for a file changed since)."""
+    from agent.record.watch import note_reverted
     from agent.session import connect_host, session_lock
-    from tools.reverts import revert_all
+    from tools.reverts import RevertResult, revert_all
 
     config = load_config(session)
+    gone: list[str] = []
     with session_lock(session):
         host = connect_host(config)
-        count = revert_all(host, config.ledger_dir,
-                           lambda r: console.print(f"reverted {r.patch_id}: {', '.join(r.files)}"))
+
+        def said(done: RevertResult) -> None:
+            gone.append(done.patch_id)
+            console.print(f"reverted {done.patch_id}: {', '.join(done.files)}")
+
+        count = revert_all(host, config.ledger_dir, said)
+        note_reverted(session, gone)  # `medic status` says the patches are gone, not only how the session ended
     console.print(f"{count} patch(es) of session {session} reverted")
 
 

@@ -7,8 +7,17 @@ host-side ledger makes a repeated call (a resumed session) a no-op.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
+from agent.answers import (
+    LAUNCH_QUESTION,
+    content_of,
+    declined_by_a_person,
+    launch_chosen,
+    launch_question,
+    rejected_contents,
+    why_nothing_left,
+)
 from agent.checks import run_before_checks
 from agent.codec import (
     candidate_from_dict,
@@ -46,25 +55,46 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
         return {"candidates": [], "proposal": None, "outcome": "not_found",
                 "outcome_detail": f"{fault.message}. Install it in the target env (--python), or name it by "
                                   "its path in the command"}
-    tried = list(state.get("tried") or [])
+    tried, declined = list(state.get("tried") or []), list(state.get("declined") or [])
+    cap = deps.config.budgets.max_candidates_per_fault
     queue = [c for c in state.get("candidates") or [] if c["patch"]["id"] not in tried]
-    if not queue and len(tried) < deps.config.budgets.max_candidates_per_fault:
-        ctx = deps.context(state)
-        found = deps.engine.candidates(ctx, fault, skip=frozenset(tried))
-        queue = [candidate_to_dict(c) for c in found]
+    seen = list(state.get("candidates") or [])
+    rejected = rejected_contents(state)
+    while not queue and len(tried) < cap:
+        found = [candidate_to_dict(c) for c in deps.engine.candidates(deps.context(state), fault,
+                                                                      skip=frozenset(tried))]
         for note in deps.engine.notes:
             deps.record("warning", "repair", {"message": note})
-    if not queue or len(tried) >= deps.config.budgets.max_candidates_per_fault:
-        why = "no playbook, derived repair or model found a patch" if not tried else (
-            f"{len(tried)} candidate patch(es) failed")
+        seen += found
+        for cand in found:  # a diff a person rejected in this session is not proposed again, under any id
+            if (same := rejected.get(content_of(cand))) is not None:
+                deps.record("not_proposed", "repair", {"patch_id": cand["patch"]["id"], "same_as": same,
+                                                       "why": f"the diff a person rejected as patch {same}"})
+                tried, declined = [*tried, cand["patch"]["id"]], [*declined, cand["patch"]["id"]]
+            else:
+                queue.append(cand)
+        if not found or queue:
+            break
+    progress: dict[str, Any] = {"tried": tried, "declined": declined, "candidates": seen}
+    state = cast(SessionState, {**state, **progress})
+    if not queue or len(tried) >= cap:
+        why = "no playbook, derived repair or model found a patch" if not tried else why_nothing_left(state, len(tried))
         if fault.fatal:
             why = (f"{fault.proc or 'a process of the job'} died of it, not of a Python exception: "
                    "no code patch is proposed for it")
         if predicted(state.get("fault")):  # a prediction, not a failure: the runs will tell
-            deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "left_for": "the runs"})
-            return {"candidates": [], "proposal": None}
-        deps.record("no_repair", "repair", {"fault": fault.summary, "why": why})
-        return {"candidates": [], "proposal": None, "outcome": "no_repair",
+            asked = launch_question(state)
+            if asked is not None:  # but a person said no to its repair: launching into it is theirs to say
+                deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "asks": LAUNCH_QUESTION,
+                                                    "patch_id": asked["patch"]["id"]})
+                return {**progress, "proposal": asked}
+            chose = launch_chosen(state)
+            left = f"the runs ({chose.get('by')} chose to launch anyway)" if chose else "the runs"
+            deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "left_for": left})
+            return {**progress, "candidates": [], "proposal": None}
+        ends = "rejected" if declined_by_a_person(state) else "no_repair"  # a person's no ends it as theirs
+        deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "outcome": ends})
+        return {**progress, "candidates": [], "proposal": None, "outcome": ends,
                 "outcome_detail": f"{fault.summary} — {why}"}
     proposal = queue[0]
     deps.record("candidate", "repair", {"patch_id": proposal["patch"]["id"], "origin": proposal["origin"],
@@ -73,7 +103,7 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
                                         "env": [EnvEdit.model_validate(e).describe()
                                                 for e in proposal["patch"].get("env") or []],
                                         "host_steps": proposal["patch"].get("host_steps") or []})
-    return {"candidates": queue, "proposal": proposal}
+    return {**progress, "proposal": proposal}
 
 
 def apply(state: SessionState, deps: Deps) -> dict[str, Any]:

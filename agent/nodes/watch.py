@@ -16,7 +16,7 @@ from agent.launchers.base import RunHandle, run_folders
 from agent.repair.types import Check
 from agent.state import CheckResult, LaunchRecord, SessionState
 from tools import runs
-from tools.errors import HostUnreachable
+from tools.errors import HostUnreachable, MedicError
 
 RECONNECT_PAUSE = 2.0
 STATUS_EVERY = 5.0  # seconds between status commands; the exit file is looked for (cheaply) every poll
@@ -34,6 +34,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     owners = [c.get("patch_id") for c in state.get("pending_checks") or []]  # which patch each check proves
     pending = [check_from_dict(c) for c in state.get("pending_checks") or []] + environment_checks(state, deps)
     results: list[CheckResult] = []
+    found_on_resume(deps, record, handle)
     deps.record("checks_queued", "watch", {"launch": record["n"], "checks": [c.describe() for c in pending]})
     offset, tail = 0, ""
     seen_phases: dict[str, float] = dict(record.get("phases") or {})
@@ -136,6 +137,19 @@ def poll(deps: Deps, handle: RunHandle, offset: int, last_status: float
     if deps.clock() - last_status < STATUS_EVERY and (chunk.data or not handle.ended_hint()):
         return chunk, runs.RunStatus("running"), last_status
     return chunk, handle.status(), deps.clock()
+
+
+def found_on_resume(deps: Deps, record: LaunchRecord, handle: RunHandle) -> None:
+    """A resumed medic's first word: the launch it found, its pid, and whether it still runs (followed) or ended
+    while medic was away (its log is read next) — not a bare phase line that leaves the person guessing."""
+    if not deps.trace.resumed or (record.get("started") or 0.0) >= deps.trace.opened:
+        return
+    try:
+        found = handle.status()
+    except MedicError:  # the run folder went away: the watch loop says so in its own words
+        return
+    deps.record("reattach", "watch", {"launch": record["n"], "kind": record.get("kind") or "target",
+                                      "pid": found.pid, "state": found.state, "exit_code": found.exit_code})
 
 
 def environment_checks(state: SessionState, deps: Settings) -> list[Check]:

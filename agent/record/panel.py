@@ -44,7 +44,8 @@ LOADING = ("starting", "importing", "loading")  # the phases before the weights 
 LOADED = ("kv_cache", "warmup", "extracting", "done")
 HISTORY_TRACES = 20  # earlier sessions read for load times, newest first
 WAITS = {"approval": "waiting for approval", "confirm": "waiting for a go to relaunch",
-         "host_step": "waiting for a person to change the host"}
+         "host_step": "waiting for a person to change the host",
+         "question": "waiting for a person: launch into a fault whose repair was rejected, edit, or stop?"}
 
 
 def load_seconds(phases: dict[str, Any]) -> float | None:
@@ -155,7 +156,9 @@ class PanelState:
         elif kind == "reverted":
             self.kept.pop(str(data_of(data, PatchData).get("patch_id")), None)
         elif kind in WAITS:
-            self.waiting = WAITS["host_step" if data_of(data, ApprovalData).get("host_steps") else kind]
+            asked = data_of(data, ApprovalData)
+            self.waiting = WAITS["host_step" if asked.get("host_steps") else "question" if asked.get("question")
+                                 else kind]
         elif kind in ("approval_answer", "confirm_answer"):
             self.waiting = None
         elif kind == "resume":  # a stopped or waiting session goes on

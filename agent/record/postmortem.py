@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.answers import answer_lines
 from agent.job import script_argument
 from agent.payloads import CandidateData, ExitData, FaultData, LaunchData, MessageData, PatchData, RunEndData, data_of
 from agent.record.people import Shortener, for_people, without_subject
+from agent.record.postmortem_answers import answers_of, chosen_launches
 from agent.record.postmortem_server import server_lines
 from agent.record.postmortem_shards import shard_lines
 from agent.record.report import human_numbers, human_seconds
@@ -39,6 +41,7 @@ class LaunchView:
     outcome: str = "unknown: medic stopped watching"
     exit_code: Any = None
     reattached: bool = False
+    chosen_by: str = ""  # a person chose to launch into a fault whose repair they rejected (postmortem_answers.py)
 
     @property
     def loaded(self) -> bool:
@@ -59,7 +62,7 @@ class LaunchView:
     @property
     def wasted(self) -> bool:
         """A target load that was thrown away: the launch loaded the model, then failed."""
-        return not self.canary and self.loaded and self.outcome != "exited"
+        return not self.canary and self.loaded and self.outcome != "exited" and not self.chosen_by
 
 
 @dataclass
@@ -84,6 +87,8 @@ class FaultView:
             return "canary"  # a canary's wrong output is recorded with stage "validate"
         if self.stage == "validate":
             return "validate"
+        if self.launch is not None and self.launch.chosen_by:
+            return "chosen"
         if self.side == "client":  # a two-process job: the model loads in the server, never in its client
             return "client_run"
         if self.side == "server":
@@ -101,6 +106,9 @@ class FaultView:
             return "by the validator, after a full run"
         if when in ("client_run", "server_start", "server_request"):
             return CAUGHT[when]
+        if when == "chosen" and self.launch is not None:
+            return (f"by a launch chosen by {self.launch.chosen_by} after the scan's repair for it was rejected "
+                    f"({human_seconds(self.launch.load)} of target load spent on that choice)")
         if when == "before_load" or self.launch is None:
             return "by a crash before the load"
         return f"by a crash after the load ({human_seconds(self.launch.load)} of target load wasted)"
@@ -120,7 +128,7 @@ class PatchView:
     diff: str
     at: float
     fault: FaultView | None
-    state: str = "proposed"  # proposed | applied | refused | reverted
+    state: str = "proposed"  # proposed | applied | refused | reverted | rejected
     why: str = ""
     files: list[str] = field(default_factory=list)
 
@@ -167,6 +175,10 @@ class Summary:
         out = [] if self.two_process else [  # a client run loads no model: its server's loads are counted apart
             f"target loads: {len(loaded)} ({human_seconds(self.load_spent)}), wasted: {len(wasted)} "
             f"({human_seconds(self.load_wasted)}: loads of target launches that then failed)"]
+        chosen = [t for t in self.targets if t.chosen_by and t.loaded and t.outcome != "exited"]
+        if chosen and not self.two_process:  # a person's decision, not medic's loss: said apart
+            out.append(f"chosen by a person: {len(chosen)} ({human_seconds(sum(t.load for t in chosen))}: loads of "
+                       "launches into a fault the scan found, after its repair was rejected)")
         if self.canaries:
             found = sum(1 for f in self.faults if f.when == "canary")
             out.append(f"canary runs: {len(self.canaries)} ({human_seconds(self.canary_seconds)} in all, on a tiny "
@@ -188,7 +200,8 @@ CAUGHT = {"scan": "by the static scan before any launch", "canary": "by canary r
           "validate": "by the validator after a full target run",
           "client_run": "by a client run against the loaded server (no server load spent)",
           "server_start": "by the server's start, before its health endpoint answered (no client ran)",
-          "server_request": "by the loaded server, at a client's request"}
+          "server_request": "by the loaded server, at a client's request",
+          "chosen": "by a launch a person chose after rejecting its repair"}
 
 
 def summarize(trace: Trace) -> Summary:
@@ -197,6 +210,7 @@ def summarize(trace: Trace) -> Summary:
                   two_process=any(e.kind == "server" for e in trace.events))
     by_id: dict[str, PatchView] = {}
     current: LaunchView | None = None
+    chosen = chosen_launches(trace)
     for ev in trace.events:
         d, at = ev.data, ev.ts - t0
         if ev.kind == "resume":
@@ -206,7 +220,8 @@ def summarize(trace: Trace) -> Summary:
         elif ev.kind == "launch":
             launch = data_of(d, LaunchData)
             current = LaunchView(seq=len(out.launches) + 1, n=int(launch.get("n") or 0), start=at,
-                                 kind=str(launch.get("kind") or "target"), reattached=bool(launch.get("reattached")))
+                                 kind=str(launch.get("kind") or "target"), reattached=bool(launch.get("reattached")),
+                                 chosen_by=chosen.get(len(out.launches) + 1, ""))
             out.launches.append(current)
         elif ev.kind == "run_end" and current is not None:
             end = data_of(d, RunEndData)
@@ -245,6 +260,9 @@ def summarize(trace: Trace) -> Summary:
             if ev.kind == "applied":
                 patch.diff, patch.files, patch.at = (str(change.get("diff") or patch.diff),
                                                      list(change.get("files") or []), at)
+        elif ev.kind == "approval_answer" and d.get("action") == "reject" and str(d.get("patch_id")) in by_id:
+            said = by_id[str(d.get("patch_id"))]  # a person's (or a policy's) no: a decision, not a failure
+            said.state, said.why = "rejected", f"by {d.get('by') or 'a person'}: {d.get('reason') or 'no reason'}"
         elif ev.kind == "check":
             out.checks.append({**d, "at": at})
         elif ev.kind == "exit":
@@ -304,7 +322,8 @@ def postmortem_markdown(trace: Trace) -> str:
         phases = ", ".join(f"{k} @{human_seconds(v)}" for k, v in launch.phases.items()) or "-"
         faults = ", ".join(str(f.seq) for f in s.faults if f.launch is launch) or "-"
         nxt = s.launches[launch.seq].start if launch.seq < len(s.launches) else float("inf")
-        after = ", ".join(p.id for p in s.patches if p.state != "proposed" and launch.start < p.at < nxt) or "-"
+        after = ", ".join(p.id for p in s.patches
+                          if p.state not in ("proposed", "rejected") and launch.start < p.at < nxt) or "-"
         label = f"{launch.seq} (L{launch.n}{' canary' if launch.canary else ''}" \
                 f"{', reattached' if launch.reattached else ''})"
         out.append(f"| {label} | +{human_seconds(launch.start)} | {human_seconds(launch.seconds)} | {phases} | "
@@ -323,6 +342,7 @@ def postmortem_markdown(trace: Trace) -> str:
         fault = f" for fault {p.fault.seq}" if p.fault else ""
         out += [f"### {p.id} — {p.origin}{fault}: {p.state}" + (f" ({p.why})" if p.why else ""), "",
                 rationale(p), "", "```diff", p.diff.rstrip(), "```", ""]
+    out += answer_lines(answers_of(trace), lambda text: for_people(text, sh))
     out += ["## Verifications", ""]
     for c in s.checks:
         when = {"before": "before launch", "during_load": "during load"}.get(str(c.get("when")), str(c.get("when")))

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from html import escape
 
+from agent.answers import answer_line
 from agent.record.people import for_people, without_subject
 from agent.record.postmortem import Summary, rationale, shortener, summarize
+from agent.record.postmortem_answers import answers_of
 from agent.record.report import human_seconds
 from agent.record.tracefile import Trace
 
@@ -65,7 +67,7 @@ def timeline_svg(s: Summary, width: int = 1100) -> str:
         parts.append(f'<line class="fault" x1="{x:.1f}" y1="{y - 3}" x2="{x:.1f}" y2="{y + row - 5}" '
                      f'stroke="#7a0000" stroke-width="3"><title>{escape(f"fault {f.seq}: {f.said}")}</title></line>')
     for p in s.patches:
-        if p.state == "proposed":
+        if p.state in ("proposed", "rejected"):  # never on disk: no mark on the timeline
             continue
         before = [launch for launch in s.launches if launch.start <= p.at]
         mid = top + ((before[-1].seq - 1) if before else 0) * row + (row - 8) / 2
@@ -115,6 +117,12 @@ def postmortem_html(trace: Trace) -> str:
         fault = f" for fault {p.fault.seq}" if p.fault else ""
         body += [f"<h3>{e(p.id)} — {e(p.origin)}{fault}: {e(p.state)}</h3>",
                  f"<p>{e(rationale(p))}</p>", diff_html(p.diff)]
+    answers = answers_of(trace)  # who answered what, when, why, and the diff answered (agent/answers.py)
+    body += ["<h2>Questions and answers</h2>", "<ol>"] if answers else []
+    for a in answers:
+        said = answer_line(a, lambda text: for_people(text, sh), bold="")  # the markdown's own line
+        body += [f"<li>{e(said)}{diff_html(str(a.get('diff') or ''))}</li>"]
+    body += ["</ol>"] if answers else []
     body += ["<h2>Verifications</h2>", "<ul>"]
     for c in s.checks:
         check = str(c.get("check", ""))

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from agent import graph
+from agent.answers import asked_again, confirm_answered, replayed_answer
 from agent.checks import ADVISORY
 from agent.codec import check_from_dict, fault_from_dict
 from agent.config import SessionConfig
@@ -41,20 +42,20 @@ from agent.decisions import kept, set_aside, taken_off
 from agent.faults import model_patch_failed, model_patch_newest, record_fault
 from agent.nodes.patching import queue_checks, revert_index
 from agent.nodes.watch import environment_checks, run_ended
+from agent.payloads import CandidateData as CandidateEvent
 from agent.payloads import (
-    ApprovalData,
     ConfirmData,
     ExitData,
     LaunchData,
     MessageData,
     NoRepairData,
+    NotProposedData,
     PreflightData,
     RunEndData,
     ShardData,
     ValidateData,
     data_of,
 )
-from agent.payloads import CandidateData as CandidateEvent
 from agent.payloads import FaultData as FaultEvent
 from agent.payloads import PatchData as PatchEvent
 from agent.record.replay_events import NODE_OF, SILENT, diff_files, frame_of, node_of, refused_revert, until
@@ -62,6 +63,7 @@ from agent.record.replay_shards import replay_shard
 from agent.record.report import render_report
 from agent.record.tracefile import Event, Trace, read_trace
 from agent.state import (
+    AnswerData,
     CandidateData,
     CheckResult,
     FaultData,
@@ -105,6 +107,7 @@ class _Replay:
         self.divergence: str | None = None
         self.now = 0.0
         self.faults_kept = 0  # fault events the state keeps
+        self.proposed: dict[str, CandidateData] = {}  # candidate events by patch id (a rejected one may be asked again)
         self.deps = _RecordedSettings(self.config, self)
 
     def take(self, update: dict[str, Any]) -> None:
@@ -156,21 +159,28 @@ class _Replay:
             self.fault(ev, rest)
         elif ev.kind == "candidate":
             cand = data_of(d, CandidateEvent)
-            s["proposal"] = {"patch": {"id": cand.get("patch_id", ""), "files": diff_files(cand.get("diff") or ""),
-                                       "host_steps": list(cand.get("host_steps") or [])},
-                             "origin": cand.get("origin") or "", "rationale": cand.get("rationale", ""),
-                             "evidence": list(cand.get("evidence") or []), "checks": list(cand.get("checks") or [])}
+            proposed: CandidateData = {
+                "patch": {"id": cand.get("patch_id", ""), "files": diff_files(cand.get("diff") or ""),
+                          "host_steps": list(cand.get("host_steps") or [])},
+                "origin": cand.get("origin") or "", "rationale": cand.get("rationale", ""),
+                "evidence": list(cand.get("evidence") or []), "checks": list(cand.get("checks") or [])}
+            s["proposal"] = self.proposed[cand.get("patch_id", "")] = proposed
             s.pop("outcome", None)
             self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)
         elif ev.kind == "no_repair":
             none = data_of(d, NoRepairData)
-            s.update({"proposal": None})
-            if not none.get("left_for"):  # a scan finding with no repair is left for the runs, not the end
+            pid = str(none.get("patch_id"))
+            s.update({"proposal": asked_again(pid, self.proposed.get(pid)) if none.get("asks") else None})
+            if not none.get("left_for") and not none.get("asks"):  # left for the runs, or for a person: not the end
                 s.update({"outcome": none.get("outcome") or "no_repair",
                           "outcome_detail": f"{none.get('fault')} — {none.get('why')}"})
             self.expect(ev, "after_repair", graph.after_repair(s, self.deps), rest)
-        elif ev.kind == "approval_answer" and data_of(d, ApprovalData).get("action") == "reject":
-            self.take(set_aside(s, str(data_of(d, ApprovalData).get("patch_id"))))
+        elif ev.kind == "approval_answer":  # a person's (or a policy's) answer, as the approve node took it
+            said = cast(AnswerData, {k: v for k, v in d.items() if k in AnswerData.__annotations__})
+            self.take(replayed_answer(s, said, s.get("proposal")))
+        elif ev.kind == "not_proposed":  # a diff a person rejected, found again: declined, not proposed
+            pid = str(data_of(d, NotProposedData).get("patch_id"))
+            s.update({"tried": [*s.get("tried", []), pid], "declined": [*s.get("declined", []), pid]})
         elif ev.kind == "patch_refused":
             self.take(set_aside(s, str(data_of(d, PatchEvent).get("patch_id"))))
             self.expect(ev, "after_apply", graph.after_apply(s), rest)
@@ -196,6 +206,7 @@ class _Replay:
             self.validate(ev, rest)
         elif ev.kind == "confirm_answer":
             answer = data_of(d, ConfirmData)
+            self.take(confirm_answered(s, {**answer, "at": answer.get("at", ev.ts)}))
             if answer.get("action") != "approve":
                 s.update({"outcome": "rejected", "outcome_detail": f"launch {answer.get('launch')} was not confirmed"})
             self.expect(ev, "after_confirm", graph.after_confirm(s), rest)

@@ -6,6 +6,7 @@ uses too); the state and the trace keep the full values. Diffs keep whole paths:
 
 from __future__ import annotations
 
+from agent.answers import answer_lines
 from agent.config import SessionConfig
 from agent.record.people import Shortener, for_people, human_number, human_numbers, human_seconds, without_subject
 from agent.remedies import run_your_job_with
@@ -57,6 +58,7 @@ def render_report(state: SessionState, config: SessionConfig) -> str:
         out += ["```diff", "".join(f["diff"] for f in p["patch"]["files"]).rstrip(), "```", ""]
         out += [f"Environment: `{e}`" for e in env_lines(p)] + [f"Host step: `{h}`" for h in
                                                                  p["patch"].get("host_steps") or []]
+    out += answer_lines(state.get("answers") or [], lambda text: for_people(text, sh))
     prelude = run_your_job_with(patches)
     if prelude:  # what medic launched the job with, for the person who runs it next without medic
         out += ["## Run your job with", "", "```sh", prelude, "```", ""]

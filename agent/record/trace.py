@@ -45,6 +45,8 @@ class TraceWriter:
             self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
             raise UsageError(f"cannot write the trace in {path.parent}: {exc.strerror}") from exc
+        self.opened = time.time()  # a launch started before this is one a resumed medic found, not one it made
+        self.resumed = not fresh and announce_resume
         if fresh:
             self._write({"format": "medic-trace", "version": FORMAT_VERSION, "ts": time.time(), **header})
         elif announce_resume:  # (not for a note after the session's end, such as --notify's result)

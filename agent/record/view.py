@@ -22,9 +22,11 @@ from agent.payloads import (
     MessageData,
     NoRepairData,
     NotifyData,
+    NotProposedData,
     PatchData,
     PhaseData,
     PreflightData,
+    ReattachData,
     ResubmitData,
     RunEndData,
     ScanData,
@@ -98,6 +100,9 @@ class View:
             if kind == "policy":
                 return (f"  policy: {p(answer.get('action', ''))} {p(answer.get('patch_id', ''))} "
                         f"({p(answer.get('by', ''))})")
+            if answer.get("question"):  # not a patch: whether to launch into a fault whose repair was rejected
+                return (f"[magenta]asks[/]: {p(answer.get('question', ''))}: medic approve "
+                        f"{p(answer.get('session', ''))} --launch | --edit | --reject REASON")
             if answer.get("host_steps"):  # a person changes the host, then resumes: no approve
                 steps = escape(" && ".join(map(str, answer.get("host_steps") or [])))
                 return f"[magenta]host step[/]: run `{steps}`, then `medic resume {p(answer.get('session', ''))}`"
@@ -166,6 +171,21 @@ class View:
         if kind == "candidate":
             cand = data_of(data, CandidateData)
             return f"  [yellow]candidate[/] {p(cand.get('origin', ''))}: {p(cand.get('rationale', ''))}"
+        if kind == "reattach":
+            found = data_of(data, ReattachData)
+            pid = f" (pid {p(found.get('pid'))})" if found.get("pid") else ""
+            what = {"running": "is still running: following it",
+                    "exited": f"ended (exit {p(found.get('exit_code'))}) while medic was away: reading its log"}.get(
+                str(found.get("state")), "is gone (no exit code): reading what it left")
+            launch = f"launch {p(found.get('launch', ''))} ({p(found.get('kind', ''))}){pid}"
+            return f"[bold]resumed[/]: found {launch} {what}"
+        if kind == "approval_answer":
+            said = data_of(data, ApprovalData)
+            why = f" ({p(said.get('reason', ''))})" if said.get("reason") else ""
+            return f"  [magenta]answer[/] from {p(said.get('by', ''))}: {p(said.get('action', ''))}{why}"
+        if kind == "not_proposed":
+            same = data_of(data, NotProposedData)
+            return f"  not proposed again: {p(same.get('patch_id', ''))} is {p(same.get('why', ''))}"
         if kind == "no_repair":
             none = data_of(data, NoRepairData)
             return f"[red]no repair[/] for {p(none.get('fault', ''))}: {p(none.get('why', ''))}"

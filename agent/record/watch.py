@@ -47,6 +47,31 @@ def lock_holder(session_id: str) -> int | None:
     return None
 
 
+REVERTED = "reverted.json"  # `medic revert` took the session's patches off: which, and when
+
+
+def note_reverted(session_id: str, patch_ids: list[str]) -> None:
+    """What `medic revert` did, for `medic status`: the outcome stays as the session ended, its files do not."""
+    if not patch_ids and (session_dir(session_id) / REVERTED).exists():
+        return  # a second revert found nothing left: the first one's note stands
+    (session_dir(session_id) / REVERTED).write_text(json.dumps({"at": time.time(), "patches": patch_ids}))
+
+
+def reverted_since(session_id: str, trace: str) -> str:
+    """'patches reverted …; ' when `medic revert` ran after the session's last run wrote its trace, else ''."""
+    try:
+        done = json.loads((session_dir(session_id) / REVERTED).read_text())
+        last_run = Path(trace).stat().st_mtime if Path(trace).exists() else 0.0
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(done, dict) or float(done.get("at") or 0) < last_run:
+        return ""  # a later run of the session (a resume) patched again: its own outcome speaks
+    ids = [str(p) for p in done.get("patches") or []]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(done["at"])))
+    gone = f"its {len(ids)} patch(es) ({', '.join(ids)}) are gone" if ids else "no patch of it was left to take off"
+    return f"REVERTED at {when} by `medic revert`: {gone}, the files are as before the session. Before that: "
+
+
 @dataclass
 class Status:
     session: str
@@ -79,7 +104,8 @@ def session_status(session_id: str) -> Status:
             "SESSION", session_id), None, trace)
     if values.get("outcome"):
         outcome = str(values["outcome"])
-        return Status(session_id, "ended", outcome, exit_code(outcome), str(values.get("outcome_detail") or ""),
+        detail = str(values.get("outcome_detail") or "")
+        return Status(session_id, "ended", outcome, exit_code(outcome), reverted_since(session_id, trace) + detail,
                       None, trace)
     return Status(session_id, "stopped", "stopped", exit_code("stopped"),
                   OUTCOMES["stopped"].meaning.replace("SESSION", session_id), None, trace)
