@@ -26,6 +26,7 @@ from agent.repair import (
     derived_dataflow,
     derived_driver,
     derived_env,
+    derived_kernels,
     derived_members,
     derived_packages,
     derived_platform,
@@ -55,8 +56,10 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),
+    ("lagging_stand_in", derived_kernels.lagging_stand_in),
     ("stand_in_member", derived_stand_ins.stand_in_member),
     ("noop_member", derived_stand_ins.noop_member),
+    ("noop_answer", derived_stand_ins.answered_member),
 )
 # Faults of the environment's packages: when one of these answers, it is the only answer (a distribution outside
 # the range the package declares is cured by installing that range, never by a code patch), asked before the rest.
