@@ -55,7 +55,7 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
         for note in deps.engine.notes:
             deps.record("warning", "repair", {"message": note})
     if not queue or len(tried) >= deps.config.budgets.max_candidates_per_fault:
-        why = "no playbook, derived repair or model found a patch" if not tried else (
+        why = (deps.engine.stop_reason or "no playbook, derived repair or model found a patch") if not tried else (
             f"{len(tried)} candidate patch(es) failed")
         if fault.fatal:
             why = (f"{fault.proc or 'a process of the job'} died of it, not of a Python exception: "
@@ -64,8 +64,9 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
             deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "left_for": "the runs"})
             return {"candidates": [], "proposal": None}
         deps.record("no_repair", "repair", {"fault": fault.summary, "why": why})
+        proven = deps.engine.stop_reason if not tried else None  # it names the real error itself
         return {"candidates": [], "proposal": None, "outcome": "no_repair",
-                "outcome_detail": f"{fault.summary} — {why}"}
+                "outcome_detail": proven or f"{fault.summary} — {why}"}
     proposal = queue[0]
     deps.record("candidate", "repair", {"patch_id": proposal["patch"]["id"], "origin": proposal["origin"],
                                         "rationale": proposal["rationale"], "evidence": proposal["evidence"],

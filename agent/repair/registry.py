@@ -26,6 +26,7 @@ from agent.repair import (
     derived_dataflow,
     derived_driver,
     derived_env,
+    derived_history,
     derived_kernels,
     derived_members,
     derived_packages,
@@ -65,6 +66,11 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
 # the range the package declares is cured by installing that range, never by a code patch), asked before the rest.
 ENVIRONMENT_FIRST: tuple[tuple[str, Repair], ...] = (
     ("requirement_range", derived_packages.requirement_outside_range),
+)
+# Asked only when no other source found a candidate (each try downloads releases and imports in the target env):
+# the fixable package does not import as shipped though no range it declares is violated.
+LAST_RESORT: tuple[tuple[str, Repair], ...] = (
+    ("import_history", derived_history.environment_history),
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 
