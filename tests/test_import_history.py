@@ -107,11 +107,12 @@ def env(tmp_path: Path, registry: str) -> RepairContext:
     wheels.mkdir()
     installed(site, "fixpkg", "1.0", {"fixpkg/__init__.py": FIXPKG}, ["shim"])
     installed(site, "shim", "2.0", {"shim.py": SHIMS["2.0"]}, [])
+    installed(site, "libpkg", "3.0", {"libpkg/__init__.py": "import shim\n"}, ["shim"])  # the library beside it
     for version, source in SHIMS.items():
         wheel(wheels, "shim", version, source)
     # pip reads its index from the job's env like any other setting: the wheels folder alone, no index
     return RepairContext(host=LocalHost(), python=str(python), roots=(str(site),), fixable_packages=("fixpkg",),
-                         library_packages=("nothing",), workdir=str(tmp_path / "work"), site_packages=(str(site),),
+                         library_packages=("libpkg",), workdir=str(tmp_path / "work"), site_packages=(str(site),),
                          medic_dir=str(tmp_path / "work" / ".medic"),
                          job_env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)})
 

@@ -4,16 +4,20 @@ and what a release declares it needs. Asked from medic's own machine, never from
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
+import zipfile
 from datetime import datetime
 from functools import cache
 
 from tools.errors import SourceError
 
 TIMEOUT = 30.0
+MAX_WHEEL = 50 * 2**20  # the fixable package's own wheel: small; a bigger one is not read whole for its metadata
 
 
 def api() -> str:
@@ -49,7 +53,32 @@ def upload_times(name: str) -> dict[str, datetime]:
 
 
 def requires_of(name: str, version: str) -> tuple[str, ...]:
-    """What release ``version`` of ``name`` declares it needs (its Requires-Dist, as the registry shows it)."""
-    info = ask(f"{name}/{version}").get("info")
-    requires = info.get("requires_dist") if isinstance(info, dict) else None
-    return tuple(str(r) for r in requires or ())
+    """What release ``version`` of ``name`` declares it needs (its Requires-Dist): the registry's page for that
+    release, else the METADATA inside the release's wheel (a mirror may serve files but not per-release pages)."""
+    try:
+        info = ask(f"{name}/{version}").get("info")
+        requires = info.get("requires_dist") if isinstance(info, dict) else None
+        return tuple(str(r) for r in requires or ())
+    except SourceError:
+        return wheel_requires(name, version)
+
+
+def wheel_requires(name: str, version: str) -> tuple[str, ...]:
+    base = f"{api()}/{name}/json"
+    releases = ask(name).get("releases")
+    files = releases.get(version, []) if isinstance(releases, dict) else []
+    wheels = [f for f in files if isinstance(f, dict) and str(f.get("url", "")).endswith(".whl")
+              and int(f.get("size") or 0) <= MAX_WHEEL]
+    if not wheels:
+        raise SourceError(f"the registry shows no wheel of {name} {version} to read its requirements from")
+    url = urllib.parse.urljoin(base, str(wheels[0]["url"]))  # a mirror's links may be relative to the page
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
+            data = answer.read(MAX_WHEEL + 1)
+        with zipfile.ZipFile(io.BytesIO(data)) as whl:
+            meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+            text = whl.read(meta).decode("utf-8", errors="replace")
+    except (OSError, urllib.error.URLError, zipfile.BadZipFile, StopIteration) as err:
+        raise SourceError(f"the wheel of {name} {version} could not be read ({url}): {err}") from err
+    head = text.split("\n\n", 1)[0]  # the headers; the long description follows the first blank line
+    return tuple(line.split(":", 1)[1].strip() for line in head.splitlines() if line.startswith("Requires-Dist:"))

@@ -19,7 +19,8 @@ PIP = ("-m", "pip", "--disable-pip-version-check", "--no-input")
 IMPORT_WITH_OVERLAY = 'PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" exec "$2" -c "import $3"'
 
 
-# Which installed distributions declare a range the plan's versions fall outside (the plan would break them)
+# Which ranges the job's own distributions (those of the given top-level modules) declare that the plan would put
+# outside, where the env is inside them today (a conflict the env already has is not the plan's doing)
 BREAKS = r"""
 import json, re, sys
 from importlib import metadata
@@ -29,17 +30,23 @@ except ImportError:  # pip carries its own copy
     from pip._vendor.packaging.requirements import Requirement
 norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
 plan = {norm(n): v for n, v in (p.split("==", 1) for p in json.loads(sys.argv[1]))}
+owners = metadata.packages_distributions()
+requirers = {norm(d) for m in json.loads(sys.argv[2]) for d in owners.get(m, [])}
+now = {}
+for dist in metadata.distributions():  # the first on sys.path is the one imported
+    now.setdefault(norm(dist.metadata["Name"] or ""), dist)
 out = []
-for dist in metadata.distributions():
-    name = dist.metadata["Name"] or ""
-    if norm(name) in plan:
-        continue  # replaced by the plan itself: its own requirements are pip's to resolve
+for key, dist in now.items():
+    if key not in requirers or key in plan:
+        continue
     for raw in dist.requires or ():
         req = Requirement(raw)
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue
-        if norm(req.name) in plan and not req.specifier.contains(plan[norm(req.name)], prereleases=True):
-            out.append(f"{name} {dist.version} requires {req.name}{req.specifier}")
+        name = norm(req.name)
+        if name in plan and name in now and req.specifier.contains(now[name].version, prereleases=True) \
+                and not req.specifier.contains(plan[name], prereleases=True):
+            out.append(f"{dist.metadata['Name']} {dist.version} requires {req.name}{req.specifier}")
 print(json.dumps(sorted(set(out))))
 """
 
@@ -48,7 +55,7 @@ print(json.dumps(sorted(set(out))))
 class Tried:
     requirements: tuple[str, ...]  # what was asked for, e.g. ("transformers==4.57.6",)
     plan: tuple[str, ...]  # what pip would install for it here, pinned: ("transformers==4.57.6", "tokenizers==…")
-    ok: bool  # the module imports with the plan laid over the env
+    ok: bool  # the modules import with the plan laid over the env
     detail: str  # the import's last line when it failed, or why nothing could be tried
 
 
@@ -67,17 +74,18 @@ def install_plan(host: Host, python: str, requirements: tuple[str, ...],
     return tuple(f"{item['metadata']['name']}=={item['metadata']['version']}" for item in report.get("install", ()))
 
 
-def try_overlay(host: Host, python: str, module: str, requirements: tuple[str, ...],
+def try_overlay(host: Host, python: str, modules: tuple[str, ...], requirements: tuple[str, ...],
                 env: Mapping[str, str] | None = None) -> Tried:
-    """Import ``module`` with what pip would install for ``requirements`` laid over the env (nothing of the env
-    changes)."""
+    """Import ``modules`` (the failing one, then the library's) with what pip would install for ``requirements``
+    laid over the env (nothing of the env changes). A plan outside a range the distributions of ``modules``
+    declare is not tried."""
     try:
         plan = install_plan(host, python, requirements, env)
     except MedicError as err:
         return Tried(requirements, (), False, str(err))
     if not plan:
         return Tried(requirements, plan, False, "pip would install nothing: the env has it already")
-    broken = breaks(host, python, plan, env)
+    broken = breaks(host, python, plan, tuple(m.split(".")[0] for m in modules), env)
     if broken:
         return Tried(requirements, plan, False, f"it would break what the env has: {'; '.join(broken)[:240]}")
     made = host.run(["mktemp", "-d", "-t", "medic-overlay.XXXXXX"], timeout=30)
@@ -90,17 +98,19 @@ def try_overlay(host: Host, python: str, module: str, requirements: tuple[str, .
         if not put.ok:
             last = (put.stderr.strip().splitlines() or ["(no output)"])[-1]
             return Tried(requirements, plan, False, f"pip could not lay {' '.join(plan)} over the env: {last[:200]}")
-        probe = host.run(["sh", "-c", IMPORT_WITH_OVERLAY, "overlay", folder, python, module], timeout=600,
-                         env=dict(env or {}))
+        probe = host.run(["sh", "-c", IMPORT_WITH_OVERLAY, "overlay", folder, python, ", ".join(modules)],
+                         timeout=900, env=dict(env or {}))
         last = (probe.stderr.strip().splitlines() or [""])[-1]
         return Tried(requirements, plan, probe.ok, "" if probe.ok else last[:300])
     finally:
         host.run(["rm", "-rf", "--", folder], timeout=120)
 
 
-def breaks(host: Host, python: str, plan: tuple[str, ...], env: Mapping[str, str] | None = None) -> list[str]:
-    """Each installed distribution's declared range that ``plan`` would put its installed version outside."""
-    result = host.run([python, "-c", BREAKS, json.dumps(list(plan))], timeout=120, env=dict(env or {}))
+def breaks(host: Host, python: str, plan: tuple[str, ...], tops: tuple[str, ...],
+           env: Mapping[str, str] | None = None) -> list[str]:
+    """Each range the distributions of the top-level modules ``tops`` declare that ``plan`` would leave."""
+    result = host.run([python, "-c", BREAKS, json.dumps(list(plan)), json.dumps(list(tops))], timeout=120,
+                      env=dict(env or {}))
     lines = result.stdout.strip().splitlines()
     try:
         answer = json.loads(lines[-1]) if result.ok and lines else None

@@ -9,7 +9,8 @@ package itself: the package's own history is the evidence of what it was made ag
   word that the installed one does not do), then the newest release published before the package's own release
   (PyPI's upload times: tools/history.py);
 - each is proven before it is proposed: what pip would install for it here is laid over the env in a scratch
-  folder and the failing module imported (tools/overlay.py); the first that imports becomes a host step,
+  folder and the failing module imported, then the library (tools/overlay.py): a plan that would leave a range
+  the package or the library declares is not tried; the first that imports becomes a host step,
   ``<python> -m pip install '<name>==<version>' …`` (exactly the plan that was proven), which only a person or a
   policy rule takes.
 
@@ -36,7 +37,7 @@ from tools.history import requires_of, upload_times
 from tools.overlay import Tried, pip_step, try_overlay
 from tools.requirements import Declared, Requirement, declared_ranges, normalize
 
-MAX_TRIES = 4  # each is a pip plan, a download and an import in the target env
+MAX_TRIES = 5  # each is a pip plan, a download and an import in the target env
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 
@@ -63,24 +64,24 @@ def environment_history(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         options = history_options(declared, suspects(declared, fault, pristine))
     except SourceError as err:
         options, tried = [], [Tried((), (), False, str(err))]
-    for requirement, reason in options[:MAX_TRIES]:
-        attempt = try_overlay(ctx.host, ctx.python, module, (requirement,), ctx.job_env)
+    for requirements, reason in options[:MAX_TRIES]:
+        attempt = try_overlay(ctx.host, ctx.python, (module, *ctx.library_packages), requirements, ctx.job_env)
         tried.append(attempt)
         if attempt.ok:
-            return [proven(ctx, module, declared, pristine, requirement, reason, attempt)]
+            return [proven(ctx, module, declared, pristine, " ".join(requirements), reason, attempt)]
     raise ImportMismatch(stop_line(ctx, package, pristine, tried))
 
 
 def proven(ctx: RepairContext, module: str, declared: Declared, pristine: PristineImport, requirement: str,
            reason: str, attempt: Tried) -> Candidate:
     step = pip_step(ctx.python, attempt.plan)
-    why = (f"{module} does not import as shipped ({pristine.error[:160]}), though every range "
+    why = (f"{module} does not import as shipped ({one_line(pristine.error)[:160]}), though every range "
            f"{declared.name} {declared.version} declares is met; {reason}: {requirement}, with what pip installs "
            f"beside it ({', '.join(attempt.plan)}), laid over the env in a scratch folder, makes it import. Install "
            f"it into the target env (no code patch)")
-    evidence = (f"pristine import of {module}: {pristine.error[:200]}", f"{reason}: {requirement}",
+    evidence = (f"pristine import of {module}: {one_line(pristine.error)[:200]}", f"{reason}: {requirement}",
                 f"pip's plan for {requirement} in the target env: {', '.join(attempt.plan)}",
-                f"import {module} with that plan laid over the env: ok")
+                f"import {module} (and the library beside it) with that plan laid over the env: ok")
     check = Check("import", module)
     patch = env_patch((), rationale=why, origin="derived:host:history", evidence=evidence,
                       checks=(check.describe(),), host_steps=(step,))
@@ -97,31 +98,41 @@ def suspects(declared: Declared, fault: Fault, pristine: PristineImport) -> list
     return [r for r in [*through, *named] if normalize(r.name) != normalize(declared.name)]
 
 
-def history_options(declared: Declared, suspected: list[Requirement]) -> list[tuple[str, str]]:
-    """``(name==version, why)`` for each suspect, from the package's next release's pins, then from what was
-    published before the package's own release."""
+Option = tuple[tuple[str, ...], str]  # (requirements to lay over the env, why they are evidence)
+
+
+def history_options(declared: Declared, suspected: list[Requirement]) -> list[Option]:
+    """What to try, in order: what the package's next release pins where the env is outside it (the distributions
+    the failure runs through first; all of them together when several), then, for each distribution the failure
+    runs through or names, its newest release published before the package's own."""
     times = upload_times(declared.name)
     own, mine = times.get(declared.version), version_of(declared.version)
     later = [v for v in finals(times) if mine and (version_of(v) or mine) > mine]
-    pins = pins_of(declared.name, newest(later, oldest=True)) if later else {}
     following = newest(later, oldest=True) if later else ""
-    out: list[tuple[str, str]] = []
+    pins = pins_of(declared.name, following) if following else {}
+    ranked = [*suspected, *(r for r in declared.requires if r not in suspected)]
+    pinned: list[Option] = []
+    for req in ranked:
+        pin, installed = pins.get(normalize(req.name)), version_of(req.installed)
+        if pin is None or not installed or not str(pin.specifier) or pin.specifier.contains(installed, True):
+            continue
+        inside = [v for v in finals(upload_times(req.name)) if pin.specifier.contains(v, True)]
+        if inside:
+            pinned.append(((f"{req.name}=={newest(inside)}",), f"{declared.name} {following}, its next release, "
+                           f"requires {req.name}{pin.specifier} (installed: {req.installed})"))
+    together: list[Option] = [(tuple(r for o in pinned for r in o[0]), f"{declared.name} {following}, its next "
+                               f"release, pins each of them (installed outside)")] if len(pinned) > 1 else []
+    before: list[Option] = []
     for req in suspected:
-        installed, releases = version_of(req.installed), upload_times(req.name)
-        final = {v: releases[v] for v in finals(releases)}
-        pin = pins.get(normalize(req.name))
-        if pin is not None and installed and str(pin.specifier) and not pin.specifier.contains(installed, True):
-            inside = [v for v in final if pin.specifier.contains(v, True)]
-            if inside:
-                out.append((f"{req.name}=={newest(inside)}", f"{declared.name} {following}, its next release, "
-                            f"requires {req.name}{pin.specifier} (installed: {req.installed})"))
-        before = [v for v, t in final.items() if own and t < own]
-        if before and newest(before) != req.installed and own:
-            out.append((f"{req.name}=={newest(before)}", f"the newest {req.name} published before "
-                        f"{declared.name} {declared.version} ({own:%Y-%m-%d}; installed: {req.installed})"))
-    first: dict[str, str] = {}
-    for spec, why in out:
-        first.setdefault(spec, why)  # one try per release, under the first reason found for it
+        releases = upload_times(req.name)
+        published = [v for v in finals(releases) if own and releases[v] < own]
+        if own and published and newest(published) != req.installed:
+            before.append(((f"{req.name}=={newest(published)}",), f"the newest {req.name} published before "
+                           f"{declared.name} {declared.version} ({own:%Y-%m-%d}; installed: {req.installed})"))
+    first: dict[tuple[str, ...], str] = {}
+    implicated = [o for o in pinned if any(o[0][0].startswith(f"{r.name}==") for r in suspected)]
+    for option, why in [*implicated, *together, *pinned, *before]:
+        first.setdefault(option, why)  # one try per set, under the first reason found for it
     return list(first.items())
 
 
@@ -167,5 +178,9 @@ def raising_frame(ctx: RepairContext, package: str, pristine: PristineImport) ->
 def stop_line(ctx: RepairContext, package: str, pristine: PristineImport, tried: list[Tried]) -> str:
     attempts = "; ".join(f"{' '.join(t.requirements) or 'the registry'}: {t.detail or 'does not import'}"[:200]
                          for t in tried) or "no earlier release of what it runs through to try"
-    return (f"environment mismatch: {package} does not import as shipped ({pristine.error[:200]}, raised at "
+    return (f"environment mismatch: {package} does not import as shipped ({one_line(pristine.error)[:200]}, raised at "
             f"{raising_frame(ctx, package, pristine)}); nothing proven to make it import: {attempts}")
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
