@@ -138,7 +138,7 @@ def test_an_event_stand_in_with_noop_waits_answers_that_nothing_is_pending(site:
     assert [c.origin for c in found] == ["derived:platform:noop_answer"]
     assert found[0].patch.files[0].path.endswith("vllm/v1/worker/cpu/shm.py")
     assert changed_lines(found[0]) == (["self.query = lambda: True"], [])
-    assert any(e.startswith("accel.Event.synchronize: Wait for the event to complete.") for e in found[0].evidence)
+    assert any(e == "accel.Event.synchronize: Wait for the event to complete" for e in found[0].evidence)
     # elapsed_time answers no question the no-op methods settle; and the bare torch.Event is not readable here
     assert derive(context(site), site, "AttributeError", "'_EventPlaceholder' object has no attribute "
                   "'elapsed_time'", LAYOUT["example_hidden_states_connector.py.txt"],
@@ -157,3 +157,7 @@ def test_torch_itself_says_the_event_stand_in_is_always_complete(site: Path, lab
                    LAYOUT["example_hidden_states_connector.py.txt"], "if event is None or event.query():")
     assert [c.origin for c in found] == ["derived:platform:noop_answer"]
     assert changed_lines(found[0]) == (["self.query = lambda: True"], [])
+    # torch.Event's own query: always True for an event never recorded; the stand-in's record records nothing
+    assert any(e.startswith("torch.Event.query: ") and "not recorded" in e for e in found[0].evidence), \
+        found[0].evidence
+    assert any(e.startswith("torch.Event.record: ") for e in found[0].evidence)

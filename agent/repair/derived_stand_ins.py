@@ -176,12 +176,16 @@ def is_noop(src: Source, value: ast.expr) -> bool:
     return all(isinstance(n, ast.Pass) or (isinstance(n, ast.Return) and n.value is None) for n in body)
 
 
-# The replaced class's own words: a member that answers whether the captured work has completed, and a member that
-# waits for that completion. A stand-in whose waiting member returns at once has no work pending.
+# The replaced class's own words: a member that answers whether the captured work has completed and a member that
+# waits for that completion, or a member always True for an event never recorded and the member that records it.
+# A stand-in whose waiting (recording) member does nothing has no work pending.
 COMPLETION_QUESTION = re.compile(r"(?is)\b(?:check\w*|returns?\s+true)\s+if\s+all\s+(?:the\s+)?work\b.{0,80}?"
                                  r"\bha(?:s|ve)\s+completed\b")
 WAITS_FOR_COMPLETION = re.compile(r"(?is)\bwait\w*\s+(?:until|for)\s+(?:the\s+)?(?:completion\s+of\s+all\s+work|"
                                   r"\w+\s+to\s+complete)\b")
+TRUE_UNRECORDED = re.compile(r"(?is)\balways\s+returns?\s+`*true`*\s+if\s+the\s+event\s+was\s+not\s+recorded\b")
+RECORDS_EVENT = re.compile(r"(?is)(?:^|\.\s+|\n\s*)records?\s+the\s+event\b")
+ANSWERS, SETTLES = (COMPLETION_QUESTION, TRUE_UNRECORDED), (WAITS_FOR_COMPLETION, RECORDS_EVENT)
 DOCS = """
 import importlib, inspect, json
 parts, obj = dotted.split("."), None
@@ -213,22 +217,34 @@ def answered_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         if not methods or not all(is_noop(src, value) for _, value in methods):
             continue
         for replaced in stands_in[target]:
-            docs = replaced_docs(ctx, replaced, [attr, *(n for n, _ in methods)])
-            waiting = next((n for n, _ in methods if docs and WAITS_FOR_COMPLETION.search(docs.get(n, ""))), None)
-            if not docs or not waiting or not COMPLETION_QUESTION.search(docs.get(attr, "")):
+            docs = replaced_docs(ctx, replaced, [attr, *(n for n, _ in methods)]) or {}
+            waiting = settling_noop(docs, attr, [n for n, _ in methods])
+            if waiting is None:
                 continue
             init = next(n for n in target.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
             at = src.end(init.body[-1])
             text = replace_span(src.text, at, at, f"\n{src.indent_of(init.body[-1].lineno)}self.{attr} = lambda: True")
-            why = (f"on this host the library puts its stand-in {cls} in place of {replaced}, whose {attr}() answers "
-                   f"whether all work captured has completed; the stand-in's {waiting}, which per {replaced}.{waiting} "
-                   f"waits for that completion, is a no-op, so no work is ever pending: {attr}() is True")
+            why = (f"on this host the library puts its stand-in {cls} in place of {replaced}, whose {attr}() is by its "
+                   f"own words True once what its {waiting}() handles is done (see the evidence); the stand-in's "
+                   f"{waiting} is a no-op, so nothing is ever pending: {attr}() is True")
             return [candidate(ctx, {place.path: text}, origin="derived:platform:noop_answer", rationale=why,
                               evidence=[f"{place.path}:{target.lineno}: class {cls} (in place of {replaced})",
-                                        f"{replaced}.{attr}: {first_sentence(docs[attr])}",
-                                        f"{replaced}.{waiting}: {first_sentence(docs[waiting])}",
+                                        f"{replaced}.{attr}: {quote(docs[attr], ANSWERS)}",
+                                        f"{replaced}.{waiting}: {quote(docs[waiting], SETTLES)}",
                                         evidence_line(frames[0].file, frames[0].line, caller.line(frames[0].line))])]
     return []
+
+
+def settling_noop(docs: dict[str, str], attr: str, noops: list[str]) -> str | None:
+    """The stand-in's no-op method that settles ``attr``'s answer as True, by the replaced class's docstrings:
+    ``attr`` answers whether the captured work has completed and the method waits for that completion, or ``attr``
+    is always True for an event never recorded and the method is the one that records it."""
+    answer = docs.get(attr, "")
+    if COMPLETION_QUESTION.search(answer):
+        return next((n for n in noops if WAITS_FOR_COMPLETION.search(docs.get(n, ""))), None)
+    if TRUE_UNRECORDED.search(answer):
+        return next((n for n in noops if RECORDS_EVENT.search(docs.get(n, ""))), None)
+    return None
 
 
 def answer_used(src: Source, lineno: int, attr: str) -> bool:
@@ -247,5 +263,7 @@ def replaced_docs(ctx: RepairContext, dotted: str, names: list[str]) -> dict[str
     return ctx.memo[memo]
 
 
-def first_sentence(doc: str) -> str:
-    return " ".join(doc.split())[:160]
+def quote(doc: str, patterns: tuple[re.Pattern[str], ...]) -> str:
+    """The words of ``doc`` the derivation rests on (else its start)."""
+    found = next((m for p in patterns if (m := p.search(doc))), None)
+    return " ".join((found.group(0) if found else doc).split())[:160]
