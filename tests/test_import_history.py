@@ -152,3 +152,31 @@ def test_the_import_check_is_not_ok_and_blames_no_patch(env: RepairContext) -> N
     ok, detail = run_check(env, Check("import", "fixpkg", when="during_load"))
     assert not ok and detail.startswith("environment mismatch: fixpkg does not import as shipped either")
     assert not blames_patch("import", detail) and blames_patch("import", "ImportError: a bad patch")
+
+
+def test_the_sessions_stop_says_environment_mismatch(env: RepairContext, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repair node's stop: the proof, not the root traceback's summary (``NameError … at <string>:1``)."""
+    from agent.codec import fault_to_dict
+    from agent.config import SessionConfig, Target
+    from agent.deps import Deps
+    from agent.nodes.patching import repair
+    from agent.record.trace import TraceWriter
+    from tools.redact import Redactor
+
+    for var, value in (env.job_env or {}).items():  # the session's own launches carry no pip settings
+        monkeypatch.setenv(var, value)
+    UPLOADED["shim"]["1.0"] = "2025-02-01T00:00:00Z"  # no release before fixpkg 1.0: nothing to prove
+    try:
+        config = SessionConfig(session_id="mismatch", target=Target(
+            python=env.python, workdir=str(tmp_path / "work"), command=["true"], fixable_packages=["fixpkg"],
+            library_packages=["libpkg"]))
+        deps = Deps(host=LocalHost(), config=config, engine=RepairEngine(playbooks=[]),
+                    trace=TraceWriter(tmp_path / "t.jsonl", {"session": "mismatch"}, Redactor()))
+        state = {"fault": fault_to_dict(import_fault(env)), "tried": [], "candidates": [],
+                 "preflight": {"roots": list(env.roots), "site_packages": list(env.site_packages)}}
+        update = repair(state, deps)  # type: ignore[arg-type]
+    finally:
+        UPLOADED["shim"]["1.0"] = "2024-12-01T00:00:00Z"
+    assert update["outcome"] == "no_repair"
+    assert update["outcome_detail"].startswith("environment mismatch: fixpkg does not import as shipped")

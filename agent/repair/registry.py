@@ -3,8 +3,10 @@
 A detector reads the caller's code against the installed library and returns faults that carry a structured
 ``Finding`` (callee, keyword, member…); the repairs paired with the finding's kind derive the patch from the
 same library, reading the finding, not a sentence. ``REPAIRS`` is every derived repair in the engine's order:
-the ones no detector feeds (a moved import; a driver's missing ``__main__`` guard; the library against its host)
-answer faults that only a run shows.
+the ones no detector feeds (a moved import; a driver's missing ``__main__`` guard; the library against its host,
+its stand-ins included) answer faults that only a run shows. ``ENVIRONMENT_FIRST`` is asked before them and
+answers alone; ``LAST_RESORT`` only when nothing else found a candidate (the package's own release history:
+slow, it downloads and imports), and its proof that nothing can be done is the stop's message.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
     environment_drift                        environment, env_choice (CUDA: start)  environment
