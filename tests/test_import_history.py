@@ -31,6 +31,9 @@ SHIMS = {"1.0": "def old_api():\n    return 1\n", "1.5": "def new_api():\n    re
 UPLOADED = {"fixpkg": {"1.0": "2025-01-10T00:00:00Z", "1.1": "2025-06-01T00:00:00Z"},
             "shim": {"1.0": "2024-12-01T00:00:00Z", "1.5": "2025-03-01T00:00:00Z", "2.0": "2025-09-01T00:00:00Z"}}
 REQUIRES = {("fixpkg", "1.1"): ["shim<2"], ("fixpkg", "1.0"): ["shim"]}
+CORE = "import shim\n\n\nclass Answer:\n    def value(self):\n        return shim.old_api()\n"
+CORE_NEXT = "import shim\n\n\nclass Answer:\n    def value(self):\n        return shim.new_api()  # 1.1\n"
+WHEELS: dict[str, bytes] = {}  # what the loopback registry serves under /files/
 
 
 def metadata(name: str, version: str, requires: list[str]) -> str:
@@ -38,10 +41,11 @@ def metadata(name: str, version: str, requires: list[str]) -> str:
                     *(f"Requires-Dist: {r}\n" for r in requires)])
 
 
-def wheel(folder: Path, name: str, version: str, source: str) -> None:
+def wheel(folder: Path, name: str, version: str, source: str, files: dict[str, str] | None = None) -> None:
     info = f"{name}-{version}.dist-info"
     with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
-        whl.writestr(f"{name}.py", source)
+        for rel, text in (files or {f"{name}.py": source}).items():
+            whl.writestr(rel, text)
         whl.writestr(f"{info}/METADATA", metadata(name, version, []))
         whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: medic-test\nRoot-Is-Purelib: true\n"
                                       "Tag: py3-none-any\n")
@@ -62,17 +66,23 @@ def installed(site: Path, name: str, version: str, files: dict[str, str], requir
 class Registry(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         parts = self.path.strip("/").split("/")  # pypi/<name>/json or pypi/<name>/<version>/json
-        if len(parts) == 3 and parts[1] in UPLOADED:
-            body = {"releases": {v: [{"upload_time_iso_8601": t, "yanked": False}]
-                                 for v, t in UPLOADED[parts[1]].items()}}
+        if parts[0] == "files" and parts[-1] in WHEELS:
+            self.answer(WHEELS[parts[-1]], "application/octet-stream")
+            return
+        if len(parts) == 3 and parts[1] in UPLOADED:  # files linked relative to the page, as a mirror does
+            body: dict[str, object] = {"releases": {v: [{"upload_time_iso_8601": t, "yanked": False,
+                                                         "url": f"../../files/{parts[1]}-{v}-py3-none-any.whl"}]
+                                                    for v, t in UPLOADED[parts[1]].items()}}
         elif len(parts) == 4 and (parts[1], parts[2]) in REQUIRES:
             body = {"info": {"requires_dist": REQUIRES[(parts[1], parts[2])]}}
         else:
             self.send_error(404)
             return
-        data = json.dumps(body).encode()
+        self.answer(json.dumps(body).encode(), "application/json")
+
+    def answer(self, data: bytes, kind: str) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -105,11 +115,13 @@ def env(tmp_path: Path, registry: str) -> RepairContext:
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True, timeout=60).stdout.strip())
     wheels.mkdir()
-    installed(site, "fixpkg", "1.0", {"fixpkg/__init__.py": FIXPKG}, ["shim"])
+    installed(site, "fixpkg", "1.0", {"fixpkg/__init__.py": FIXPKG, "fixpkg/core.py": CORE}, ["shim"])
     installed(site, "shim", "2.0", {"shim.py": SHIMS["2.0"]}, [])
     installed(site, "libpkg", "3.0", {"libpkg/__init__.py": "import shim\n"}, ["shim"])  # the library beside it
     for version, source in SHIMS.items():
         wheel(wheels, "shim", version, source)
+    wheel(wheels, "fixpkg", "1.1", "", {"fixpkg/__init__.py": "", "fixpkg/core.py": CORE_NEXT})
+    WHEELS["fixpkg-1.1-py3-none-any.whl"] = (wheels / "fixpkg-1.1-py3-none-any.whl").read_bytes()
     # pip reads its index from the job's env like any other setting: the wheels folder alone, no index
     return RepairContext(host=LocalHost(), python=str(python), roots=(str(site),), fixable_packages=("fixpkg",),
                          library_packages=("libpkg",), workdir=str(tmp_path / "work"), site_packages=(str(site),),
@@ -180,3 +192,16 @@ def test_the_sessions_stop_says_environment_mismatch(env: RepairContext, tmp_pat
         UPLOADED["shim"]["1.0"] = "2024-12-01T00:00:00Z"
     assert update["outcome"] == "no_repair"
     assert update["outcome_detail"].startswith("environment mismatch: fixpkg does not import as shipped")
+
+
+def test_a_function_the_next_release_changed_is_a_candidate(env: RepairContext) -> None:
+    """No import fault: the run fails inside fixpkg 1.0's Answer.value; fixpkg 1.1 changed that very method."""
+    core = f"{env.site_packages[0]}/fixpkg/core.py"
+    fault = Fault("crash", "AttributeError", "module 'shim' has no attribute 'old_api'",
+                  (FrameRef(core, 6, "value"),))
+    found = RepairEngine(playbooks=[]).candidates(env, fault)
+    assert [c.origin for c in found] == ["derived:next_release"]
+    diff = found[0].patch.files[0].diff.splitlines()
+    assert [d[1:] for d in diff if d.startswith(("+", "-")) and not d.startswith(("+++", "---"))] == [
+        "        return shim.old_api()", "        return shim.new_api()  # 1.1"]
+    assert "fixpkg 1.1, its next release, changed that function" in found[0].rationale

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 
@@ -64,21 +65,39 @@ def requires_of(name: str, version: str) -> tuple[str, ...]:
 
 
 def wheel_requires(name: str, version: str) -> tuple[str, ...]:
-    base = f"{api()}/{name}/json"
+    meta = wheel_member(name, version, lambda n: n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+    if meta is None:
+        raise SourceError(f"the wheel of {name} {version} has no METADATA")
+    head = meta.split("\n\n", 1)[0]  # the headers; the long description follows the first blank line
+    return tuple(line.split(":", 1)[1].strip() for line in head.splitlines() if line.startswith("Requires-Dist:"))
+
+
+def wheel_member(name: str, version: str, wanted: Callable[[str], bool]) -> str | None:
+    """The text of the first file of release ``version``'s wheel whose path ``wanted`` accepts (None: no such
+    file). The wheel is read once per session."""
+    with zipfile.ZipFile(io.BytesIO(wheel_bytes(name, version))) as whl:
+        member = next((n for n in whl.namelist() if wanted(n)), None)
+        return whl.read(member).decode("utf-8", errors="replace") if member else None
+
+
+def wheel_bytes(name: str, version: str) -> bytes:
+    return wheel_at(api(), name, version)
+
+
+@cache
+def wheel_at(registry: str, name: str, version: str) -> bytes:
+    base = f"{registry}/{name}/json"
     releases = ask(name).get("releases")
     files = releases.get(version, []) if isinstance(releases, dict) else []
     wheels = [f for f in files if isinstance(f, dict) and str(f.get("url", "")).endswith(".whl")
               and int(f.get("size") or 0) <= MAX_WHEEL]
     if not wheels:
-        raise SourceError(f"the registry shows no wheel of {name} {version} to read its requirements from")
+        raise SourceError(f"the registry shows no wheel of {name} {version} to read")
     url = urllib.parse.urljoin(base, str(wheels[0]["url"]))  # a mirror's links may be relative to the page
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
-            data = answer.read(MAX_WHEEL + 1)
-        with zipfile.ZipFile(io.BytesIO(data)) as whl:
-            meta = next(n for n in whl.namelist() if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
-            text = whl.read(meta).decode("utf-8", errors="replace")
-    except (OSError, urllib.error.URLError, zipfile.BadZipFile, StopIteration) as err:
+            data: bytes = answer.read(MAX_WHEEL + 1)
+        zipfile.ZipFile(io.BytesIO(data)).close()
+    except (OSError, urllib.error.URLError, zipfile.BadZipFile) as err:
         raise SourceError(f"the wheel of {name} {version} could not be read ({url}): {err}") from err
-    head = text.split("\n\n", 1)[0]  # the headers; the long description follows the first blank line
-    return tuple(line.split(":", 1)[1].strip() for line in head.splitlines() if line.startswith("Requires-Dist:"))
+    return data

@@ -31,6 +31,7 @@ from agent.repair import (
     derived_history,
     derived_kernels,
     derived_members,
+    derived_next_release,
     derived_packages,
     derived_platform,
     derived_stand_ins,
@@ -73,6 +74,7 @@ ENVIRONMENT_FIRST: tuple[tuple[str, Repair], ...] = (
 # the fixable package does not import as shipped though no range it declares is violated.
 LAST_RESORT: tuple[tuple[str, Repair], ...] = (
     ("import_history", derived_history.environment_history),
+    ("next_release", derived_next_release.next_release_function),  # the package's later word on that function
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 
