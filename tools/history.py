@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
@@ -34,7 +33,7 @@ def fetch(url: str) -> dict[str, object]:
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
             data = json.load(answer)
-    except (OSError, urllib.error.URLError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:  # URLError and JSONDecodeError among them
         raise SourceError(f"the registry did not answer {url}: {err}") from err
     if not isinstance(data, dict):
         raise SourceError(f"the registry's answer for {url} is not an object")
@@ -98,6 +97,6 @@ def wheel_at(registry: str, name: str, version: str) -> bytes:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
             data: bytes = answer.read(MAX_WHEEL + 1)
         zipfile.ZipFile(io.BytesIO(data)).close()
-    except (OSError, urllib.error.URLError, zipfile.BadZipFile) as err:
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
         raise SourceError(f"the wheel of {name} {version} could not be read ({url}): {err}") from err
     return data
