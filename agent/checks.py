@@ -27,8 +27,9 @@ def check_import(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> Ch
     """Import the patched module in a fresh target-env process (the first thing the next launch will do).
 
     Before the failure is blamed on a patch, the module is imported again as its wheel shipped it (medic's
-    patches set aside): when that fails too, the environment is at fault, not the patch, and the check does not
-    fail the patch (the run shows the environment's fault, and its repair is the environment's)."""
+    patches set aside): when that fails too, the environment is at fault, not the patch: the check is not ok, and
+    says "environment mismatch", which blames no patch (the run shows the environment's fault, and its repair is
+    the environment's)."""
     result = ctx.host.run([ctx.python, "-c", f"import {check.target}"], timeout=600, env=dict(env))
     if result.ok:
         return True, f"{check.target} imports in the target env"
@@ -39,9 +40,9 @@ def check_import(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> Ch
         raise
     except MedicError:  # cannot tell: the patch stays the suspect, as before
         return False, last[:300]
-    if pristine.ok is False:
-        return True, (f"not this patch: {check.target} does not import with medic's patches set aside either "
-                      f"({pristine.error[:200]})")
+    if pristine.ok is False:  # not ok, yet not the patch's failing (blames_patch): the env's
+        return False, (f"{ENVIRONMENT_MISMATCH} {check.target} does not import as shipped either, with medic's "
+                       f"patches set aside ({pristine.error[:200]})")
     return False, last[:300]
 
 
@@ -116,6 +117,13 @@ def check_library_found(ctx: RepairContext, check: Check, env: Mapping[str, str]
 
 
 ADVISORY = ("disk_free", "free_memory", "stale_runs")  # say so, but never blame a patch for them
+ENVIRONMENT_MISMATCH = "environment mismatch:"
+
+
+def blames_patch(kind: str, detail: str) -> bool:
+    """Whether a failed check is the patch's failing: not the host's own checks, nor a module that does not
+    import as shipped either."""
+    return kind not in ADVISORY and not detail.startswith(ENVIRONMENT_MISMATCH)
 
 RUNNERS: dict[str, Callable[[RepairContext, Check, Mapping[str, str]], CheckResult]] = {
     "disk_free": check_disk_free,

@@ -112,7 +112,8 @@ def test_medics_own_patches_are_not_blamed_nor_reverted(session: dict[str, Any])
     assert len(kept_files) >= 1  # the scan's patches were on disk when the import failed
     imports = [e["data"] for e in stopped["events"] if e["kind"] == "check" and e["node"] == "watch"
                and e["data"]["check"].startswith("import ")]
-    assert imports and all(c["ok"] and c["detail"].startswith("not this patch") for c in imports)
+    # not ok, and said to be the environment's: no patch is blamed for it
+    assert imports and all(not c["ok"] and c["detail"].startswith("environment mismatch: ") for c in imports)
     assert not [e for e in session["events"] if e["kind"] in ("reverted", "patch_refused")]
 
 

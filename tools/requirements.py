@@ -39,8 +39,6 @@ for raw in dist.requires or ():
     req = Requirement(raw)
     if req.marker is not None and not req.marker.evaluate({"extra": ""}):
         continue  # an extra's, or another platform's
-    if not str(req.specifier):
-        continue  # no range to be outside of
     try:
         have = metadata.distribution(req.name)
     except metadata.PackageNotFoundError:
@@ -77,7 +75,8 @@ class Declared:
 
 
 def declared_ranges(host: Host, python: str, distribution: str, timeout: float = 120.0) -> Declared:
-    """The ranged requirements of ``distribution`` in the env of ``python``, each with the installed version."""
+    """What ``distribution`` requires in the env of ``python`` (a requirement with no range is always inside it),
+    each with the installed version."""
     result = host.run([python, "-I", "-c", PROBE, distribution], timeout=timeout)
     lines = result.stdout.strip().splitlines()
     if not result.ok or not lines:

@@ -78,7 +78,8 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     progress: dict[str, Any] = {"tried": tried, "declined": declined, "candidates": seen}
     state = cast(SessionState, {**state, **progress})
     if not queue or len(tried) >= cap:
-        why = "no playbook, derived repair or model found a patch" if not tried else why_nothing_left(state, len(tried))
+        why = ((deps.engine.stop_reason or "no playbook, derived repair or model found a patch") if not tried
+               else why_nothing_left(state, len(tried)))
         if fault.fatal:
             why = (f"{fault.proc or 'a process of the job'} died of it, not of a Python exception: "
                    "no code patch is proposed for it")
@@ -94,8 +95,9 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
             return {**progress, "candidates": [], "proposal": None}
         ends = "rejected" if declined_by_a_person(state) else "no_repair"  # a person's no ends it as theirs
         deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "outcome": ends})
+        proven = deps.engine.stop_reason if not tried else None  # it names the real error itself
         return {**progress, "candidates": [], "proposal": None, "outcome": ends,
-                "outcome_detail": f"{fault.summary} — {why}"}
+                "outcome_detail": proven or f"{fault.summary} — {why}"}
     proposal = queue[0]
     deps.record("candidate", "repair", {"patch_id": proposal["patch"]["id"], "origin": proposal["origin"],
                                         "rationale": proposal["rationale"], "evidence": proposal["evidence"],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any, cast
 
-from agent.checks import ADVISORY, run_check
+from agent.checks import blames_patch, run_check
 from agent.codec import check_from_dict
 from agent.deps import Deps, Settings
 from agent.launchers.base import RunHandle, run_folders
@@ -86,7 +86,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                                  phase=next(reversed(seen_phases), "starting"), launch=record["n"])
             results.append(result)
             deps.record("check", "watch", dict(result))
-            if not ok and check.kind in ADVISORY:
+            if not ok and not blames_patch(check.kind, detail):
                 deps.record("warning", "watch", {"message": f"{check.describe()}: {detail}"})
             elif not ok:
                 handle.stop()

@@ -32,7 +32,7 @@ def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidat
     module = module_of(ctx, frame.file) if frame else None
     if frame is None or module is None:
         return []
-    pristine = pristine_import(ctx.host, ctx.python, module, ctx.medic_dir, ctx.job_env)
+    pristine = pristine_of(ctx, module)
     if pristine.ok is not False:
         return []  # it imports as shipped (so not the environment's doing), or it cannot be told
     package = module.split(".")[0]
@@ -58,9 +58,20 @@ def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidat
     return [Candidate(patch, patch.origin, why, evidence, checks)]
 
 
+def pristine_of(ctx: RepairContext, module: str) -> PristineImport:
+    """``module`` imported as shipped in the target env (asked once per context: each repair of the env's
+    packages needs it)."""
+    memo = f"pristine:{module}"
+    if memo not in ctx.memo:
+        ctx.memo[memo] = pristine_import(ctx.host, ctx.python, module, ctx.medic_dir, ctx.job_env)
+    answer: PristineImport = ctx.memo[memo]
+    return answer
+
+
 def importing_frame(ctx: RepairContext, fault: Fault) -> FrameRef | None:
-    """The outermost frame of the root cause that runs a fixable package's module body (its import)."""
-    for frame in fault.frames:
+    """The outermost frame that runs a fixable package's module body (its import): the root cause's, else another
+    traceback's (an exception raised while handling the import's, e.g. pydantic's own from a NameError)."""
+    for frame in [*fault.frames, *fault.caller_frames]:
         if frame.func == MODULE_FRAME and ctx.is_fixable(frame.file) and module_of(ctx, frame.file):
             return frame
     return None

@@ -5,7 +5,11 @@
 - no sibling defines it, but every method the stand-in gives is a no-op (the module's ``def noop(*args,
   **kwargs): pass``, or a lambda returning None: the library's word that these calls do nothing on this host),
   and the caller calls the member for its effect alone (the call is a statement of its own, its result unused):
-  give it the same no-op.
+  give it the same no-op;
+- the caller uses the member's answer, and the class the stand-in replaces documents that answer in terms of the
+  stand-in's own no-op methods: ``Event.query`` is "whether all work captured by the event has completed", and
+  ``Event.synchronize``, which "waits until the completion of all work captured", returns at once on the stand-in,
+  so nothing is ever pending: the answer is True (read from the replaced class's docstrings in the target env).
 
 Like every repair of the library against its host (agent/repair/derived_platform.py), these edit the library's
 own files.
@@ -14,11 +18,12 @@ own files.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from agent.repair.context import candidate, evidence_line, library_definitions, read_source
 from agent.repair.derived_members import NO_ATTRIBUTE
-from agent.repair.derived_platform import host_frames
+from agent.repair.derived_platform import ask_python, host_frames
 from agent.repair.edits import Source, replace_span
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.source import SymbolLocation
@@ -169,3 +174,96 @@ def is_noop(src: Source, value: ast.expr) -> bool:
         return False
     body = [n for n in func.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
     return all(isinstance(n, ast.Pass) or (isinstance(n, ast.Return) and n.value is None) for n in body)
+
+
+# The replaced class's own words: a member that answers whether the captured work has completed and a member that
+# waits for that completion, or a member always True for an event never recorded and the member that records it.
+# A stand-in whose waiting (recording) member does nothing has no work pending.
+COMPLETION_QUESTION = re.compile(r"(?is)\b(?:check\w*|returns?\s+true)\s+if\s+all\s+(?:the\s+)?work\b.{0,80}?"
+                                 r"\bha(?:s|ve)\s+completed\b")
+WAITS_FOR_COMPLETION = re.compile(r"(?is)\bwait\w*\s+(?:until|for)\s+(?:the\s+)?(?:completion\s+of\s+all\s+work|"
+                                  r"\w+\s+to\s+complete)\b")
+TRUE_UNRECORDED = re.compile(r"(?is)\balways\s+returns?\s+`*true`*\s+if\s+the\s+event\s+was\s+not\s+recorded\b")
+RECORDS_EVENT = re.compile(r"(?is)(?:^|\.\s+|\n\s*)records?\s+the\s+event\b")
+ANSWERS, SETTLES = (COMPLETION_QUESTION, TRUE_UNRECORDED), (WAITS_FOR_COMPLETION, RECORDS_EVENT)
+DOCS = """
+import importlib, inspect, json
+parts, obj = dotted.split("."), None
+for cut in range(len(parts), 0, -1):
+    try:
+        obj = importlib.import_module(".".join(parts[:cut]))
+    except ImportError:
+        continue
+    for part in parts[cut:]:
+        obj = getattr(obj, part, None)
+    break
+print(json.dumps({n: inspect.getdoc(getattr(obj, n, None)) or "" for n in names} if inspect.isclass(obj) else None))
+"""
+
+
+def answered_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    match = NO_ATTRIBUTE.search(fault.message)
+    frames = host_frames(ctx, fault)
+    if not match or fault.finding is not None or not frames:
+        return []
+    cls, attr = match["cls"], match["attr"]
+    caller = read_source(ctx, frames[0].file)
+    if caller is None or not answer_used(caller, frames[0].line, attr):
+        return []
+    for place, src, stands_in, target in stand_in_classes(ctx, cls):
+        if any(member_of(c, attr) is not None for c in stands_in):
+            continue  # a sibling's definition is stand_in_member's answer
+        methods = init_methods(target)
+        if not methods or not all(is_noop(src, value) for _, value in methods):
+            continue
+        for replaced in stands_in[target]:
+            docs = replaced_docs(ctx, replaced, [attr, *(n for n, _ in methods)]) or {}
+            waiting = settling_noop(docs, attr, [n for n, _ in methods])
+            if waiting is None:
+                continue
+            init = next(n for n in target.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+            at = src.end(init.body[-1])
+            text = replace_span(src.text, at, at, f"\n{src.indent_of(init.body[-1].lineno)}self.{attr} = lambda: True")
+            why = (f"on this host the library puts its stand-in {cls} in place of {replaced}, whose {attr}() is by its "
+                   f"own words True once what its {waiting}() handles is done (see the evidence); the stand-in's "
+                   f"{waiting} is a no-op, so nothing is ever pending: {attr}() is True")
+            return [candidate(ctx, {place.path: text}, origin="derived:platform:noop_answer", rationale=why,
+                              evidence=[f"{place.path}:{target.lineno}: class {cls} (in place of {replaced})",
+                                        f"{replaced}.{attr}: {quote(docs[attr], ANSWERS)}",
+                                        f"{replaced}.{waiting}: {quote(docs[waiting], SETTLES)}",
+                                        evidence_line(frames[0].file, frames[0].line, caller.line(frames[0].line))])]
+    return []
+
+
+def settling_noop(docs: dict[str, str], attr: str, noops: list[str]) -> str | None:
+    """The stand-in's no-op method that settles ``attr``'s answer as True, by the replaced class's docstrings:
+    ``attr`` answers whether the captured work has completed and the method waits for that completion, or ``attr``
+    is always True for an event never recorded and the method is the one that records it."""
+    answer = docs.get(attr, "")
+    if COMPLETION_QUESTION.search(answer):
+        return next((n for n in noops if WAITS_FOR_COMPLETION.search(docs.get(n, ""))), None)
+    if TRUE_UNRECORDED.search(answer):
+        return next((n for n in noops if RECORDS_EVENT.search(docs.get(n, ""))), None)
+    return None
+
+
+def answer_used(src: Source, lineno: int, attr: str) -> bool:
+    """Whether line ``lineno`` calls ``….attr()`` and uses what it returns (not a statement of its own)."""
+    calls = [node for node in ast.walk(src.tree) if isinstance(node, ast.Call) and node.lineno == lineno
+             and isinstance(node.func, ast.Attribute) and node.func.attr == attr]
+    return bool(calls) and not called_for_effect(src, lineno, attr)
+
+
+def replaced_docs(ctx: RepairContext, dotted: str, names: list[str]) -> dict[str, str] | None:
+    """The docstrings of ``names`` on the class ``dotted`` names in the target env (None: not a class there)."""
+    memo = f"docs:{dotted}:{','.join(names)}"
+    if memo not in ctx.memo:
+        answer = ask_python(ctx, f"dotted, names = {dotted!r}, {names!r}\n{DOCS}")
+        ctx.memo[memo] = answer if isinstance(answer, dict) else None
+    return ctx.memo[memo]
+
+
+def quote(doc: str, patterns: tuple[re.Pattern[str], ...]) -> str:
+    """The words of ``doc`` the derivation rests on (else its start)."""
+    found = next((m for p in patterns if (m := p.search(doc))), None)
+    return " ".join((found.group(0) if found else doc).split())[:160]

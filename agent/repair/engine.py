@@ -7,8 +7,9 @@ by the caller, so a rejected or failed patch makes way for the next one.
 
 from __future__ import annotations
 
+from agent.repair.derived_history import ImportMismatch
 from agent.repair.playbooks import Playbook, load_playbooks, playbook_candidates
-from agent.repair.registry import ENVIRONMENT_FIRST, PLAYBOOKS, REPAIRS, Repair, repairs_for
+from agent.repair.registry import ENVIRONMENT_FIRST, LAST_RESORT, PLAYBOOKS, REPAIRS, Repair, repairs_for
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.errors import MedicError
 
@@ -18,9 +19,10 @@ class RepairEngine:
         self.playbooks = load_playbooks() if playbooks is None else playbooks
         self.fallback = fallback  # the LLM path, when one is configured
         self.notes: list[str] = []  # why a source gave nothing, for the report
+        self.stop_reason: str | None = None  # a source's proof that no change medic may make reaches the fault
 
     def candidates(self, ctx: RepairContext, fault: Fault, *, skip: frozenset[str] = frozenset()) -> list[Candidate]:
-        self.notes = []
+        self.notes, self.stop_reason = [], None
         if fault.fatal:  # a CUDA/NCCL error or a signal: no patch to the code can be proven to cure it
             return []
         if fault.finding is None:  # an environment's package fault is answered alone: no code patch beside it
@@ -37,6 +39,9 @@ class RepairEngine:
         for name, repair in sources:
             found.extend(self.ask(name, repair, ctx, fault))
         fresh = unique([c for c in found if c.patch.id not in skip])
+        if not fresh and fault.finding is None:
+            last = [c for name, repair in LAST_RESORT for c in self.ask(name, repair, ctx, fault)]
+            fresh = unique([c for c in last if c.patch.id not in skip])
         if not fresh and self.fallback is not None:
             try:
                 fresh = unique([c for c in self.fallback(ctx, fault) if c.patch.id not in skip])
@@ -47,6 +52,10 @@ class RepairEngine:
     def ask(self, name: str, repair: Repair, ctx: RepairContext, fault: Fault) -> list[Candidate]:
         try:
             return repair(ctx, fault)
+        except ImportMismatch as err:  # the env's package does not import as shipped: what the stop must say
+            self.stop_reason = str(err)
+            self.notes.append(f"{name}: {err}")
+            return []
         except MedicError as err:
             self.notes.append(f"{name}: {err}")
             return []

@@ -3,8 +3,10 @@
 A detector reads the caller's code against the installed library and returns faults that carry a structured
 ``Finding`` (callee, keyword, member…); the repairs paired with the finding's kind derive the patch from the
 same library, reading the finding, not a sentence. ``REPAIRS`` is every derived repair in the engine's order:
-the ones no detector feeds (a moved import; a driver's missing ``__main__`` guard; the library against its host)
-answer faults that only a run shows.
+the ones no detector feeds (a moved import; a driver's missing ``__main__`` guard; the library against its host,
+its stand-ins included) answer faults that only a run shows. ``ENVIRONMENT_FIRST`` is asked before them and
+answers alone; ``LAST_RESORT`` only when nothing else found a candidate (the package's own release history:
+slow, it downloads and imports), and its proof that nothing can be done is the stop's message.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
     environment_drift                        environment, env_choice (CUDA: start)  environment
@@ -26,7 +28,10 @@ from agent.repair import (
     derived_dataflow,
     derived_driver,
     derived_env,
+    derived_history,
+    derived_kernels,
     derived_members,
+    derived_next_release,
     derived_packages,
     derived_platform,
     derived_stand_ins,
@@ -55,13 +60,21 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),
+    ("lagging_stand_in", derived_kernels.lagging_stand_in),
     ("stand_in_member", derived_stand_ins.stand_in_member),
     ("noop_member", derived_stand_ins.noop_member),
+    ("noop_answer", derived_stand_ins.answered_member),
 )
 # Faults of the environment's packages: when one of these answers, it is the only answer (a distribution outside
 # the range the package declares is cured by installing that range, never by a code patch), asked before the rest.
 ENVIRONMENT_FIRST: tuple[tuple[str, Repair], ...] = (
     ("requirement_range", derived_packages.requirement_outside_range),
+)
+# Asked only when no other source found a candidate (each try downloads releases and imports in the target env):
+# the fixable package does not import as shipped though no range it declares is violated.
+LAST_RESORT: tuple[tuple[str, Repair], ...] = (
+    ("import_history", derived_history.environment_history),
+    ("next_release", derived_next_release.next_release_function),  # the package's later word on that function
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 

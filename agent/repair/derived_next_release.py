@@ -1,0 +1,93 @@
+"""Derived repair from the fixable package's own next release: the function the failure runs through in the
+installed package was changed in the package's next release, its maintainers' later word on that very code.
+
+The next release's definition of that function (read from its wheel on the registry: tools/history.py) takes the
+place of the installed one, when every name it uses is one the installed module already has (else the change
+needs more of that release than one function, and nothing is proposed). It is a candidate like any other: it
+compiles, the module imports while the next launch loads, and the run decides.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+
+from agent.repair.context import candidate, evidence_line, fixable_frames, module_of, read_source
+from agent.repair.derived_history import finals, newest, version_of
+from agent.repair.edits import Source, local_names, replace_span
+from agent.repair.types import Candidate, Fault, RepairContext
+from tools.errors import SourceError
+from tools.history import upload_times, wheel_member
+from tools.requirements import declared_ranges
+
+Definition = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def next_release_function(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    if fault.finding is not None:
+        return []
+    for frame in fixable_frames(ctx, fault):
+        module = module_of(ctx, frame.file)
+        src = read_source(ctx, frame.file) if module else None
+        func = src.enclosing_function(frame.line) if src else None
+        if not module or src is None or func is None or func.name != frame.func:
+            continue
+        package = module.split(".")[0]
+        owner = src.enclosing_class(frame.line)
+        try:
+            declared = declared_ranges(ctx.host, ctx.python, package)
+            following = next_release(declared.name, declared.version)
+            rel = frame.file[frame.file.rfind(f"/{package}/") + 1:]
+            text = wheel_member(declared.name, following, rel.__eq__) if following else None
+        except SourceError:
+            continue
+        newer = Source(rel, text) if text else None
+        changed = newer and definition(newer.tree, owner.name if owner else None, func.name)
+        if not newer or not changed or ast.dump(changed) == ast.dump(func):
+            continue  # the next release has no such function, or left it as it is
+        if free_names(changed) - src.module_names() - set(dir(builtins)):
+            continue  # it uses names the installed module lacks: more than one function changed
+        start = min([func.lineno, *(d.lineno for d in func.decorator_list)])
+        first = min([changed.lineno, *(d.lineno for d in changed.decorator_list)])
+        body = reindent(newer, first, changed, src.indent_of(start))
+        text_after = replace_span(src.text, src.pos(start, 0), src.end(func), body)
+        where = f"{owner.name}.{func.name}" if owner else func.name
+        why = (f"the failure runs through {where} in {package} {declared.version}; {package} {following}, its next "
+               f"release, changed that function: take its definition (every name it uses is in the installed "
+               f"module)")
+        return [candidate(ctx, {frame.file: text_after}, origin="derived:next_release", rationale=why,
+                          evidence=[evidence_line(frame.file, frame.line, src.line(frame.line)),
+                                    f"{package} {following} {rel}:{changed.lineno}: def {func.name} (changed)"])]
+    return []
+
+
+def next_release(name: str, version: str) -> str | None:
+    mine = version_of(version)
+    later = [v for v in finals(upload_times(name)) if mine and (version_of(v) or mine) > mine]
+    return newest(later, oldest=True) if later else None
+
+
+def definition(tree: ast.Module, cls: str | None, name: str) -> Definition | None:
+    """``name`` at the top of ``tree``, or in its top-level class ``cls``."""
+    body: list[ast.stmt] = tree.body
+    if cls is not None:
+        owner = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        body = owner.body if owner else []
+    return next((n for n in body if isinstance(n, Definition) and n.name == name), None)
+
+
+def free_names(func: Definition) -> set[str]:
+    """The names ``func`` reads that it does not bind itself (its module must have them)."""
+    args = func.args
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+    loads = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    bound = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    return loads - params - bound - local_names(func)
+
+
+def reindent(src: Source, first: int, func: Definition, indent: str) -> str:
+    """``func``'s lines (decorators from line ``first``) moved to ``indent``."""
+    lines = src.text.splitlines()[first - 1:func.end_lineno]
+    cut = len(src.indent_of(first))
+    return "\n".join((indent + line[cut:]) if line.strip() else "" for line in lines)

@@ -1,0 +1,207 @@
+"""The fixable package does not import as shipped although no range it declares is violated (agent/repair/
+derived_history.py): pip resolved its open requirement to a release newer than the package itself.
+
+Real parts: the target env is a real python whose site holds the installed distributions (dist-info and all),
+pip itself plans and lays the releases over it (from a folder of real wheels made here: no index), and the
+registry's history comes from a loopback server of PyPI's JSON API. The package ``fixpkg`` 1.0 calls
+``shim.old_api`` while it is imported; shim 2.0 (installed) and 1.5 dropped it, 1.0 had it. fixpkg 1.1, its next
+release, pins ``shim<2``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from agent.checks import blames_patch, run_check
+from agent.repair.engine import RepairEngine
+from agent.repair.types import Check, Fault, FrameRef, RepairContext
+from tools.host import LocalHost
+
+FIXPKG = "import shim\n\nshim.old_api()\n"
+SHIMS = {"1.0": "def old_api():\n    return 1\n", "1.5": "def new_api():\n    return 2\n",
+         "2.0": "def new_api():\n    return 2\n"}
+UPLOADED = {"fixpkg": {"1.0": "2025-01-10T00:00:00Z", "1.1": "2025-06-01T00:00:00Z"},
+            "shim": {"1.0": "2024-12-01T00:00:00Z", "1.5": "2025-03-01T00:00:00Z", "2.0": "2025-09-01T00:00:00Z"}}
+REQUIRES = {("fixpkg", "1.1"): ["shim<2"], ("fixpkg", "1.0"): ["shim"]}
+CORE = "import shim\n\n\nclass Answer:\n    def value(self):\n        return shim.old_api()\n"
+CORE_NEXT = "import shim\n\n\nclass Answer:\n    def value(self):\n        return shim.new_api()  # 1.1\n"
+WHEELS: dict[str, bytes] = {}  # what the loopback registry serves under /files/
+
+
+def metadata(name: str, version: str, requires: list[str]) -> str:
+    return "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                    *(f"Requires-Dist: {r}\n" for r in requires)])
+
+
+def wheel(folder: Path, name: str, version: str, source: str, files: dict[str, str] | None = None) -> None:
+    info = f"{name}-{version}.dist-info"
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        for rel, text in (files or {f"{name}.py": source}).items():
+            whl.writestr(rel, text)
+        whl.writestr(f"{info}/METADATA", metadata(name, version, []))
+        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: medic-test\nRoot-Is-Purelib: true\n"
+                                      "Tag: py3-none-any\n")
+        whl.writestr(f"{info}/RECORD", f"{name}.py,,\n{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
+
+
+def installed(site: Path, name: str, version: str, files: dict[str, str], requires: list[str]) -> None:
+    for rel, text in files.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(metadata(name, version, requires))
+    (info / "INSTALLER").write_text("pip\n")
+    (info / "RECORD").write_text("".join(f"{rel},,\n" for rel in files) + f"{info.name}/METADATA,,\n")
+
+
+class Registry(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        parts = self.path.strip("/").split("/")  # pypi/<name>/json or pypi/<name>/<version>/json
+        if parts[0] == "files" and parts[-1] in WHEELS:
+            self.answer(WHEELS[parts[-1]], "application/octet-stream")
+            return
+        if len(parts) == 3 and parts[1] in UPLOADED:  # files linked relative to the page, as a mirror does
+            body: dict[str, object] = {"releases": {v: [{"upload_time_iso_8601": t, "yanked": False,
+                                                         "url": f"../../files/{parts[1]}-{v}-py3-none-any.whl"}]
+                                                    for v, t in UPLOADED[parts[1]].items()}}
+        elif len(parts) == 4 and (parts[1], parts[2]) in REQUIRES:
+            body = {"info": {"requires_dist": REQUIRES[(parts[1], parts[2])]}}
+        else:
+            self.send_error(404)
+            return
+        self.answer(json.dumps(body).encode(), "application/json")
+
+    def answer(self, data: bytes, kind: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/pypi"
+    monkeypatch.setenv("MEDIC_PYPI_URL", url)
+    yield url
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def env(tmp_path: Path, registry: str) -> RepairContext:
+    """A real venv (its pip is the base interpreter's, through --system-site-packages) with fixpkg 1.0 and shim 2.0
+    installed."""
+    venv, wheels = tmp_path / "venv", tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    wheels.mkdir()
+    installed(site, "fixpkg", "1.0", {"fixpkg/__init__.py": FIXPKG, "fixpkg/core.py": CORE}, ["shim"])
+    installed(site, "shim", "2.0", {"shim.py": SHIMS["2.0"]}, [])
+    installed(site, "libpkg", "3.0", {"libpkg/__init__.py": "import shim\n"}, ["shim"])  # the library beside it
+    for version, source in SHIMS.items():
+        wheel(wheels, "shim", version, source)
+    wheel(wheels, "fixpkg", "1.1", "", {"fixpkg/__init__.py": "", "fixpkg/core.py": CORE_NEXT})
+    WHEELS["fixpkg-1.1-py3-none-any.whl"] = (wheels / "fixpkg-1.1-py3-none-any.whl").read_bytes()
+    # pip reads its index from the job's env like any other setting: the wheels folder alone, no index
+    return RepairContext(host=LocalHost(), python=str(python), roots=(str(site),), fixable_packages=("fixpkg",),
+                         library_packages=("libpkg",), workdir=str(tmp_path / "work"), site_packages=(str(site),),
+                         medic_dir=str(tmp_path / "work" / ".medic"),
+                         job_env={"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheels)})
+
+
+def import_fault(ctx: RepairContext) -> Fault:
+    return Fault("crash", "AttributeError", "module 'shim' has no attribute 'old_api'",
+                 (FrameRef(f"{ctx.site_packages[0]}/fixpkg/__init__.py", 3, "<module>"),))
+
+
+def test_the_newest_release_before_the_package_is_proven_over_the_env_then_proposed(env: RepairContext) -> None:
+    engine = RepairEngine(playbooks=[])
+    found = engine.candidates(env, import_fault(env))
+    assert [c.origin for c in found] == ["derived:host:history"], engine.notes
+    patch = found[0].patch
+    assert patch.files == () and patch.env == ()
+    assert patch.host_steps == (f"{env.python} -m pip install shim==1.0",)
+    # the next release's pin (shim<2 -> 1.5) was tried first and did not import; 1.0 predates fixpkg 1.0
+    assert any("newest shim published before fixpkg 1.0 (2025-01-10; installed: 2.0)" in e for e in patch.evidence)
+    assert [c.describe() for c in found[0].checks] == ["import fixpkg"]
+    assert (Path(env.site_packages[0]) / "shim-2.0.dist-info").is_dir()  # the env itself is untouched
+
+
+def test_nothing_proven_is_a_stop_that_names_the_package_and_its_frame(env: RepairContext) -> None:
+    UPLOADED["shim"]["1.0"] = "2025-02-01T00:00:00Z"  # after fixpkg 1.0: no release before it to try
+    try:
+        engine = RepairEngine(playbooks=[])
+        assert engine.candidates(env, import_fault(env)) == []
+    finally:
+        UPLOADED["shim"]["1.0"] = "2024-12-01T00:00:00Z"
+    reason = engine.stop_reason or ""
+    assert reason.startswith("environment mismatch: fixpkg does not import as shipped (AttributeError: ")
+    assert "raised at fixpkg/__init__.py:3 (<module>)" in reason
+    assert "shim==1.5: " in reason  # what was tried, and why it did not do
+
+
+def test_the_import_check_is_not_ok_and_blames_no_patch(env: RepairContext) -> None:
+    ok, detail = run_check(env, Check("import", "fixpkg", when="during_load"))
+    assert not ok and detail.startswith("environment mismatch: fixpkg does not import as shipped either")
+    assert not blames_patch("import", detail) and blames_patch("import", "ImportError: a bad patch")
+
+
+def test_the_sessions_stop_says_environment_mismatch(env: RepairContext, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repair node's stop: the proof, not the root traceback's summary (``NameError … at <string>:1``)."""
+    from agent.codec import fault_to_dict
+    from agent.config import SessionConfig, Target
+    from agent.deps import Deps
+    from agent.nodes.patching import repair
+    from agent.record.trace import TraceWriter
+    from tools.redact import Redactor
+
+    for var, value in (env.job_env or {}).items():  # the session's own launches carry no pip settings
+        monkeypatch.setenv(var, value)
+    UPLOADED["shim"]["1.0"] = "2025-02-01T00:00:00Z"  # no release before fixpkg 1.0: nothing to prove
+    try:
+        config = SessionConfig(session_id="mismatch", target=Target(
+            python=env.python, workdir=str(tmp_path / "work"), command=["true"], fixable_packages=["fixpkg"],
+            library_packages=["libpkg"]))
+        deps = Deps(host=LocalHost(), config=config, engine=RepairEngine(playbooks=[]),
+                    trace=TraceWriter(tmp_path / "t.jsonl", {"session": "mismatch"}, Redactor()))
+        state = {"fault": fault_to_dict(import_fault(env)), "tried": [], "candidates": [],
+                 "preflight": {"roots": list(env.roots), "site_packages": list(env.site_packages)}}
+        update = repair(state, deps)  # type: ignore[arg-type]
+    finally:
+        UPLOADED["shim"]["1.0"] = "2024-12-01T00:00:00Z"
+    assert update["outcome"] == "no_repair"
+    assert update["outcome_detail"].startswith("environment mismatch: fixpkg does not import as shipped")
+
+
+def test_a_function_the_next_release_changed_is_a_candidate(env: RepairContext) -> None:
+    """No import fault: the run fails inside fixpkg 1.0's Answer.value; fixpkg 1.1 changed that very method."""
+    core = f"{env.site_packages[0]}/fixpkg/core.py"
+    fault = Fault("crash", "AttributeError", "module 'shim' has no attribute 'old_api'",
+                  (FrameRef(core, 6, "value"),))
+    found = RepairEngine(playbooks=[]).candidates(env, fault)
+    assert [c.origin for c in found] == ["derived:next_release"]
+    diff = found[0].patch.files[0].diff.splitlines()
+    assert [d[1:] for d in diff if d.startswith(("+", "-")) and not d.startswith(("+++", "---"))] == [
+        "        return shim.old_api()", "        return shim.new_api()  # 1.1"]
+    assert "fixpkg 1.1, its next release, changed that function" in found[0].rationale

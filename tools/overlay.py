@@ -1,0 +1,126 @@
+"""Try a change to the target env's packages without making it: what pip would install for some requirements
+(its own resolver, ``--dry-run --report``, against what the env has), those distributions put into a scratch
+folder (``--target``, no dependencies: the plan already names them) that goes first on PYTHONPATH, and one
+import in a fresh process. The env itself is never touched, and the folder is removed after."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tools.errors import MedicError, SourceError
+from tools.host import Host
+
+PIP_TIMEOUT = 900.0
+PIP = ("-m", "pip", "--disable-pip-version-check", "--no-input")
+# the overlay first, then whatever PYTHONPATH the host gives the target python already
+IMPORT_WITH_OVERLAY = 'PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" exec "$2" -c "import $3"'
+
+
+# Which ranges the job's own distributions (those of the given top-level modules) declare that the plan would put
+# outside, where the env is inside them today (a conflict the env already has is not the plan's doing)
+BREAKS = r"""
+import json, re, sys
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:  # pip carries its own copy
+    from pip._vendor.packaging.requirements import Requirement
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+plan = {norm(n): v for n, v in (p.split("==", 1) for p in json.loads(sys.argv[1]))}
+owners = metadata.packages_distributions()
+requirers = {norm(d) for m in json.loads(sys.argv[2]) for d in owners.get(m, [])}
+now = {}
+for dist in metadata.distributions():  # the first on sys.path is the one imported
+    now.setdefault(norm(dist.metadata["Name"] or ""), dist)
+out = []
+for key, dist in now.items():
+    if key not in requirers or key in plan:
+        continue
+    for raw in dist.requires or ():
+        req = Requirement(raw)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        name = norm(req.name)
+        if name in plan and name in now and req.specifier.contains(now[name].version, prereleases=True) \
+                and not req.specifier.contains(plan[name], prereleases=True):
+            out.append(f"{dist.metadata['Name']} {dist.version} requires {req.name}{req.specifier}")
+print(json.dumps(sorted(set(out))))
+"""
+
+
+@dataclass(frozen=True)
+class Tried:
+    requirements: tuple[str, ...]  # what was asked for, e.g. ("transformers==4.57.6",)
+    plan: tuple[str, ...]  # what pip would install for it here, pinned: ("transformers==4.57.6", "tokenizers==…")
+    ok: bool  # the modules import with the plan laid over the env
+    detail: str  # the import's last line when it failed, or why nothing could be tried
+
+
+def install_plan(host: Host, python: str, requirements: tuple[str, ...],
+                 env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``name==version`` for each distribution pip would install into the env for ``requirements``."""
+    result = host.run([python, *PIP, "install", "--dry-run", "--quiet", "--report", "-", *requirements],
+                      timeout=PIP_TIMEOUT, env=dict(env or {}))
+    try:
+        report = json.loads(result.stdout[result.stdout.index("{"):]) if result.ok else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SourceError(f"pip cannot plan {' '.join(requirements)} for {python}: {last[:200]}")
+    return tuple(f"{item['metadata']['name']}=={item['metadata']['version']}" for item in report.get("install", ()))
+
+
+def try_overlay(host: Host, python: str, modules: tuple[str, ...], requirements: tuple[str, ...],
+                env: Mapping[str, str] | None = None) -> Tried:
+    """Import ``modules`` (the failing one, then the library's) with what pip would install for ``requirements``
+    laid over the env (nothing of the env changes). A plan outside a range the distributions of ``modules``
+    declare is not tried."""
+    try:
+        plan = install_plan(host, python, requirements, env)
+    except MedicError as err:
+        return Tried(requirements, (), False, str(err))
+    if not plan:
+        return Tried(requirements, plan, False, "pip would install nothing: the env has it already")
+    broken = breaks(host, python, plan, tuple(m.split(".")[0] for m in modules), env)
+    if broken:
+        return Tried(requirements, plan, False, f"it would break what the env has: {'; '.join(broken)[:240]}")
+    made = host.run(["mktemp", "-d", "-t", "medic-overlay.XXXXXX"], timeout=30)
+    folder = made.stdout.strip()
+    if not made.ok or not folder:
+        return Tried(requirements, plan, False, "no scratch folder on the host")
+    try:
+        put = host.run([python, *PIP, "install", "--quiet", "--no-deps", "--target", folder, *plan],
+                       timeout=PIP_TIMEOUT, env=dict(env or {}))
+        if not put.ok:
+            last = (put.stderr.strip().splitlines() or ["(no output)"])[-1]
+            return Tried(requirements, plan, False, f"pip could not lay {' '.join(plan)} over the env: {last[:200]}")
+        probe = host.run(["sh", "-c", IMPORT_WITH_OVERLAY, "overlay", folder, python, ", ".join(modules)],
+                         timeout=900, env=dict(env or {}))
+        last = (probe.stderr.strip().splitlines() or [""])[-1]
+        return Tried(requirements, plan, probe.ok, "" if probe.ok else last[:300])
+    finally:
+        host.run(["rm", "-rf", "--", folder], timeout=120)
+
+
+def breaks(host: Host, python: str, plan: tuple[str, ...], tops: tuple[str, ...],
+           env: Mapping[str, str] | None = None) -> list[str]:
+    """Each range the distributions of the top-level modules ``tops`` declare that ``plan`` would leave."""
+    result = host.run([python, "-c", BREAKS, json.dumps(list(plan)), json.dumps(list(tops))], timeout=120,
+                      env=dict(env or {}))
+    lines = result.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if result.ok and lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, list):
+        return ["(the env's declared ranges could not be read)"]
+    return [str(a) for a in answer]
+
+
+def pip_step(python: str, plan: tuple[str, ...]) -> str:
+    """The host step that makes the proven plan real: ``<python> -m pip install 'a==1' 'b==2'``."""
+    return " ".join([shlex.quote(python), "-m", "pip", "install", *(shlex.quote(p) for p in plan)])
