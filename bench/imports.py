@@ -1,11 +1,13 @@
-"""The import graph of agent/ and tools/: ``python bench/imports.py``.
+"""The import graph of the whole tree: ``python bench/imports.py``.
 
-Every import counts, those inside functions too (an import moved into a function to dodge a circle is still an
-arrow). Modules sit in layers, lowest first: tools → agent's data (state, config, payloads, …) → repair and llm
-→ codec, checks, faults and the record writers (trace, live view, panel, report) → launchers → deps,
-validation, approval, store → nodes → graph, session and the record readers (replay, postmortem, watch, trace
-file) → cli. An arrow to a higher layer "runs back up". Printed: each circle, each upward arrow, each node
-module importing another, and a last line
+Every Python file of every folder counts (agent/, tools/, lab/, bench/, tests/, …; not dot-folders, the venv or a
+built site), and every import in it, those inside functions and under ``if TYPE_CHECKING:`` too (an import moved
+into a function to dodge a circle is still an arrow). Modules sit in layers, lowest first: tools → agent's data
+(state, config, payloads, …) → repair and llm → codec, checks, faults and the record writers (trace, live view,
+panel, report) → launchers → deps, validation, approval, store → nodes → graph, session and the record readers
+(replay, postmortem, watch, trace file) → the labs (lab/: medic's own target, which the CLI builds and runs) →
+cli → what stands outside medic and uses it (bench/, tests/). An arrow to a higher layer "runs back up". Printed:
+each circle, each upward arrow, each node module importing another, and a last line
 ``modules=<n> arrows=<n> cycles=<n> node_to_node=<n> upward=<n>``.
 """
 
@@ -23,9 +25,13 @@ WRITERS = {"agent.codec", "agent.checks", "agent.faults", "agent.policy", "agent
 
 
 def layer(module: str) -> int:
+    if module.startswith(("bench.", "tests.")) or module in ("bench", "tests"):
+        return 10
     if module.startswith("tools"):
         return 0
     if module.startswith("agent.cli"):
+        return 9
+    if module.startswith("lab"):
         return 8
     if module in ("agent.graph", "agent.session") or (
             module.startswith("agent.record.") and module.rsplit(".", 1)[-1] in READERS):
@@ -43,9 +49,20 @@ def layer(module: str) -> int:
     return 1
 
 
+PACKAGES = ("agent", "tools", "lab", "bench", "tests")  # an `import lab` alone is no arrow to a module
+SKIPPED = {"site", "build", "dist", "node_modules", "__pycache__"}  # what a build or a tool leaves, not source
+
+
 def modules(root: Path) -> dict[str, Path]:
+    """Every .py file under the repository's folders, by its dotted name (a venv, dot-folders and build output
+    are not the tree)."""
     found = {}
-    for path in [*root.glob("agent/**/*.py"), *root.glob("tools/**/*.py")]:
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        if any(p.startswith(".") or p in SKIPPED for p in parts[:-1]):
+            continue
+        if (root / parts[0] / "pyvenv.cfg").exists():  # a venv under another name
+            continue
         name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
         found[name] = path
     return found
@@ -61,7 +78,7 @@ def arrows(found: dict[str, Path]) -> dict[str, set[str]]:
             for name in names:
                 while name and name not in found:
                     name = name.rpartition(".")[0]
-                if name and name != module and not module.startswith(name + ".") and name not in ("agent", "tools"):
+                if name and name != module and not module.startswith(name + ".") and name not in PACKAGES:
                     out[module].add(name)
     return out
 

@@ -41,14 +41,15 @@ from agent.session import run_session  # noqa: E402
 from bench.matrix import wrong_patch_ids  # noqa: E402
 from bench.table import table as bench_table  # noqa: E402
 from lab.build import LabPaths, clone_venv  # noqa: E402
-from lab.server_lab import ServerLabBuilder, ServerLabPaths, server_environ  # noqa: E402
+from lab.server_lab import ServerLabPaths, server_environ  # noqa: E402
+from lab.server_pair_lab import server_lab_builder  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
 from tools.errors import MedicError  # noqa: E402
 
 
 def private_copy(dest: Path, pair: ServerPair | None = None) -> Path:
     pair = pair or ServerPair()
-    builder = ServerLabBuilder(LabPaths(pair.default_root()), pair=pair)
+    builder = server_lab_builder(LabPaths(pair.default_root()), pair=pair)
     builder.build(("tiny",))
     dest.mkdir(parents=True)
     for part in pair.default_root().iterdir():
@@ -56,7 +57,7 @@ def private_copy(dest: Path, pair: ServerPair | None = None) -> Path:
             clone_venv(part, dest / "venv")
         else:
             subprocess.run(["cp", "-al", str(part), str(dest / part.name)], check=True)
-    ServerLabBuilder(LabPaths(dest)).reset()
+    server_lab_builder(LabPaths(dest)).reset()
     return dest
 
 

@@ -22,7 +22,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  # noqa: E402
-from lab.server_lab import ServerLabBuilder, ServerLabPaths, server_environ  # noqa: E402
+from lab.server_lab import ServerLabPaths, server_environ  # noqa: E402
+from lab.server_pair_lab import server_lab_builder  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
 from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
 
@@ -52,7 +53,7 @@ def lab_root(pair: Pair) -> Path:
 
 def builder(pair: Pair, root: Path) -> LabBuilder:
     if pair.flavour == "server":
-        return ServerLabBuilder(LabPaths(root), pair=ServerPair(pair.spec, pair.vllm))
+        return server_lab_builder(LabPaths(root), pair=ServerPair(pair.spec, pair.vllm))
     return LabBuilder(LabPaths(root), variant=Variant(pair.vllm, pair.spec))
 
 

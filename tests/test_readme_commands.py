@@ -1,12 +1,12 @@
-"""Every `medic ...` line of README.md's ```sh blocks is a command the real CLI takes.
+"""Every `medic ...` line of the ```sh blocks of README.md and docs/*.md is a command the real CLI takes.
 
-Each line is read as the README writes it: ``[...]`` groups are optional, ``a | b`` inside one are alternatives,
-``\\`` continues a line, ``#`` starts a comment. For every line, the subcommand path and every option must be in
-``medic <sub> --help`` (the .venv's medic, a fresh process); an option that takes a value must get one, and the
-number of positional arguments must fit the usage line. That holds for the form without any optional group and
-for the form with each alternative of each group.
+Each line is read as the page writes it (tests/doc_lines.py): ``[...]`` groups are optional, ``a | b`` inside one
+are alternatives, ``\\`` continues a line, ``#`` starts a comment. For every line, the subcommand path and every
+option must be in ``medic <sub> --help`` (the .venv's medic, a fresh process); an option that takes a value must
+get one, and the number of positional arguments must fit the usage line. That holds for the form without any
+optional group and for the form with each alternative of each group.
 
-The lines that can run on this machine (no GPU, no remote host, no editor) then run for real, in README order,
+The lines that can run on this machine (no GPU, no remote host, no editor) then run for real, in page order,
 in a scratch folder with its own $MEDIC_HOME, on a private copy of the lab: placeholders get real values
 (SESSION/S: an approve-mode session on that lab, waiting on its first patch; DIR: the private lab; OUTPUT: a
 correct extraction output; ID: the patch the session waits on; rules.yaml: a small policy file), and every
@@ -23,7 +23,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,16 +30,11 @@ from pathlib import Path
 import pytest
 
 from lab.build import RUN_ENV, LabPaths
+from tests.doc_lines import REPO, DocLine, all_lines, variants
 from tests.fixtures_lab import ReferenceOutputs
+from tests.medic_help import Cli, medic_argv
 
-REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
-SH_BLOCK = re.compile(r"^```sh[ \t]*\n(.*?)^```", re.M | re.S)
 COMMITTED_TRACE = REPO / "tests" / "data" / "traces" / "lab_session_scan.jsonl"
-# a row of typer's help: an option, its aliases (-y, --no-edit), its type
-OPTION_ROW = re.compile(r"^[^\w-]*(--[\w-]+)((?:[ \t]+-{1,2}[\w-]+)*)[ \t]+<([^>]+)>", re.M)
-COMMAND_ROW = re.compile(r"^[^\w\s-]?\s*([a-z][\w-]*)\s{2,}\S", re.M)
-USAGE = re.compile(r"Usage:\s+(.*)")
 RULES = """\
 rules:
   - name: never-let-a-model-touch-vllm
@@ -50,173 +44,7 @@ rules:
 """
 
 
-# -- the README, as lines of words -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ReadmeLine:
-    block: int
-    text: str
-    words: tuple[str, ...]  # after "medic"
-
-    @property
-    def id(self) -> str:
-        return f"block{self.block}:" + re.sub(r"[^\w.,:=/-]+", "_", self.text)[:70]
-
-
-Group = list[list[str]]  # the alternatives of one [...] group
-
-
-def readme_lines(text: str) -> list[ReadmeLine]:
-    found = []
-    for n, block in enumerate(SH_BLOCK.findall(text)):
-        for raw in re.sub(r"\\\n", " ", block).splitlines():
-            try:
-                words = shlex.split(raw, comments=True)
-            except ValueError as err:
-                raise AssertionError(f"README sh block {n}: cannot read {raw!r}: {err}") from None
-            if words and words[0] == "medic":
-                found.append(ReadmeLine(n, " ".join(raw.split("#")[0].split()), tuple(words[1:])))
-    return found
-
-
-def split_groups(words: tuple[str, ...]) -> list[str | Group]:
-    """Words and [optional | groups], in order; nothing after a bare ``--`` is README syntax."""
-    items: list[str | Group] = []
-    group: Group | None = None
-    rest = False
-    for word in words:
-        if rest:
-            items.append(word)
-            continue
-        if group is None and word.startswith("["):
-            group, word = [[]], word[1:]
-        if group is None:
-            rest = word == "--"
-            items.append(word)
-            continue
-        closing = word.endswith("]")
-        word = word.rstrip("]") if closing else word
-        if word == "|":
-            group.append([])
-        elif word:
-            group[-1].append(word)
-        if closing:
-            items.append(group)
-            group = None
-    assert group is None, f"unclosed [ in {' '.join(words)}"
-    return items
-
-
-def variants(words: tuple[str, ...]) -> list[list[str]]:
-    """The line without its optional groups, then with each alternative of each group."""
-    items = split_groups(words)
-    forms = [[w for w in items if isinstance(w, str)]]
-    for i, item in enumerate(items):
-        if isinstance(item, str):
-            continue
-        for alternative in item:
-            form: list[str] = []
-            for j, other in enumerate(items):
-                if isinstance(other, str):
-                    form.append(other)
-                elif j == i:
-                    form.extend(alternative)
-            forms.append(form)
-    return forms
-
-
-# -- the real CLI, as its help shows it ------------------------------------------------------------------
-def medic_argv() -> list[str]:
-    exe = Path(sys.executable).with_name("medic")
-    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from agent.cli.main import main; main()"]
-
-
-@dataclass
-class Help:
-    text: str
-    is_group: bool = False
-    commands: set[str] = field(default_factory=set)
-    options: dict[str, bool | None] = field(default_factory=dict)  # name or alias: takes a value (None: unknown)
-    required: int = 0
-    most: float = 0
-
-    def knows(self, option: str) -> bool:
-        if self.options:  # typer's rows: the options themselves
-            return option in self.options
-        return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", self.text) is not None  # plain help text
-
-
-def read_help(text: str) -> Help:
-    help_ = Help(text)
-    usage = USAGE.search(text)
-    assert usage, text[:2000]
-    help_.is_group = "COMMAND" in usage.group(1)
-    if help_.is_group:
-        commands = text.split("Commands", 1)[1] if "Commands" in text else ""
-        help_.commands = set(COMMAND_ROW.findall(commands))
-    for name, aliases, kind in OPTION_ROW.findall(text):
-        for alias in [name, *aliases.split()]:
-            help_.options[alias] = kind != "bool" and not alias.startswith("--no-")
-    words = usage.group(1).split()
-    for word in words[words.index("[OPTIONS]") + 1:] if "[OPTIONS]" in words else []:
-        if word.endswith("..."):
-            help_.most = float("inf")
-            help_.required += word.startswith("{")
-        elif word.startswith("{"):
-            help_.required += 1
-            help_.most += 1
-        elif word.startswith("["):
-            help_.most += 1
-    return help_
-
-
-class Cli:
-    def __init__(self) -> None:
-        self.cache: dict[tuple[str, ...], Help] = {}
-
-    def help(self, path: tuple[str, ...]) -> Help:
-        if path not in self.cache:
-            done = subprocess.run([*medic_argv(), *path, "--help"], capture_output=True, text=True, timeout=120,
-                                  stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "250"}, cwd=REPO)
-            assert done.returncode == 0, f"`medic {' '.join(path)} --help` exited {done.returncode}: {done.stderr}"
-            self.cache[path] = read_help(done.stdout)
-        return self.cache[path]
-
-    def resolve(self, words: list[str]) -> tuple[tuple[str, ...], list[str]]:
-        """(the subcommand path, the words after it); fails for a subcommand the CLI does not have."""
-        path: tuple[str, ...] = ()
-        rest = list(words)
-        while self.help(path).is_group:
-            assert rest, f"`medic {' '.join(path)}` needs a subcommand"
-            sub = rest.pop(0)
-            known = self.help(path).commands
-            assert sub in known, f"`medic {' '.join(path)}` has no subcommand {sub!r} (it has {sorted(known)})"
-            path = (*path, sub)
-        return path, rest
-
-    def check(self, words: list[str]) -> None:
-        path, rest = self.resolve(words)
-        help_ = self.help(path)
-        where = f"`medic {' '.join(words)}`"
-        positional = 0
-        while rest:
-            word = rest.pop(0)
-            if word == "--":
-                positional += len(rest)
-                break
-            if word.startswith("-") and word != "-":
-                name = word.split("=", 1)[0]
-                assert help_.knows(name), f"{where}: `medic {' '.join(path)}` has no option {name}"
-                if help_.options.get(name) and "=" not in word:
-                    assert rest and not rest[0].startswith("-"), f"{where}: {name} takes a value"
-                    rest.pop(0)
-                continue
-            positional += 1
-        assert help_.required <= positional <= help_.most, (
-            f"{where}: {positional} positional argument(s); `medic {' '.join(path)}` takes "
-            f"{help_.required}..{help_.most}")
-
-
-LINES = readme_lines(README.read_text())
+LINES = [line for line in all_lines() if line.program == "medic"]
 
 
 @pytest.fixture(scope="module")
@@ -224,20 +52,20 @@ def cli() -> Cli:
     return Cli()
 
 
-def test_the_readme_shows_medic_commands() -> None:
+def test_the_pages_show_medic_commands() -> None:
     assert len(LINES) >= 5, [line.text for line in LINES]
     assert {line.words[0] for line in LINES} >= {"run", "lab"}
 
 
 @pytest.mark.parametrize("line", LINES, ids=[line.id for line in LINES])
-def test_every_readme_command_exists_in_the_cli(line: ReadmeLine, cli: Cli) -> None:
+def test_every_readme_command_exists_in_the_cli(line: DocLine, cli: Cli) -> None:
     everything = [w.strip("[]") for w in line.words if w not in ("|", "[", "]")]
     path, rest = cli.resolve(everything)
     help_ = cli.help(path)
     for word in rest[: rest.index("--") if "--" in rest else len(rest)]:
         if word.startswith("-") and word != "-":
             assert help_.knows(word.split("=", 1)[0]), (
-                f"README `{line.text}`: `medic {' '.join(path)}` has no option {word}")
+                f"{line.page} `{line.text}`: `medic {' '.join(path)}` has no option {word}")
     for form in variants(line.words):
         cli.check(form)
 
@@ -382,10 +210,10 @@ def test_the_readme_commands_that_can_run_here_run(private_lab: LabPaths, refere
             if may_run(form) and form not in seen:
                 seen.append(form)
                 planned.append((path, form))
-    # the sessions first (SESSION in the other lines is one of them), then README order
+    # the sessions first (SESSION in the other lines is one of them), then page order
     for path, form in [p for p in planned if p[0] == ("run",)]:
         RECIPES[path][1](scene, form)
-    if not scene.session:  # the README shows no approve-mode run of the lab: make the session its lines name
+    if not scene.session:  # the pages show no approve-mode run of the lab: make the session their lines name
         start_session(scene, ["run", "--mode", "approve"])
     for path, form in [p for p in planned if p[0] != ("run",)]:
         RECIPES[path][1](scene, form)

@@ -1,5 +1,6 @@
-"""Server-lab pairs (lab/server_pairs.py): naming, the refusal of a release with no server client, the client a
-pair runs, and the requirement texts pip is given. No network and no lab venv: seconds."""
+"""Server-lab pairs (lab/server_pairs.py, lab/server_pair_lab.py): naming, the refusal of a release with no server
+client, the builder a lab folder gets, the client a pair runs, and the requirement texts pip is given. No network
+and no lab venv: seconds."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from lab.build import LABS_ROOT
+from lab.build import LABS_ROOT, LabPaths
 from lab.lab_requirements import client_requirements, server_constraints
-from lab.server_lab import ServerLabPaths, server_root
+from lab.server_lab import ServerLabBuilder, ServerLabPaths, server_root
+from lab.server_pair_lab import PairLabBuilder, server_lab_builder
 from lab.server_pairs import ServerPair, client_script, recorded_pair
-from tools.errors import UsageError
+from tools.errors import LabError, UsageError
 from tools.hs_layouts import client_of
 
 MEDIC = Path(sys.executable).with_name("medic")
@@ -89,3 +91,20 @@ def test_the_base_a_pair_copies_follows_the_torch_its_server_pins(tmp_path: Path
     (built / ".stamps" / "probe.json").write_text("{}")  # a built pair of the same server: its venv is shared
     assert pairs.base_lab(ServerPair("0.6.0.2", "0.26.0"), "2.11.0") == (built, "server", True)
     assert pairs.base_lab(ServerPair("0.5.0", "0.26.0"), "2.11.0") == (None, "fresh", False)  # never itself
+
+
+def test_the_builder_of_a_lab_folder_follows_its_pair(tmp_path: Path) -> None:
+    """A pair's folder gets the pair's steps (its base lab, its client), the first server lab's folder the first
+    lab's; the first lab's builder will not build a pair's folder with its own steps."""
+    pair_root, first_root = tmp_path / "pair", tmp_path / "first"
+    pair_root.mkdir()
+    (pair_root / "lab.json").write_text(json.dumps({"flavour": "server", "vllm": "0.19.1", "speculators": "0.5.0"}))
+    recorded = server_lab_builder(LabPaths(pair_root))
+    asked = server_lab_builder(LabPaths(first_root), pair=ServerPair("0.8.1"))
+    assert isinstance(recorded, PairLabBuilder) and recorded.pair == ServerPair("0.5.0", "0.19.1")
+    assert isinstance(asked, PairLabBuilder) and asked.pair == ServerPair("0.8.1")
+    assert "base" in [step.name for step in recorded.steps()]
+    first = server_lab_builder(LabPaths(first_root))
+    assert type(first) is ServerLabBuilder and "torch" in [step.name for step in first.steps()]
+    with pytest.raises(LabError, match="server_lab_builder"):
+        ServerLabBuilder(LabPaths(pair_root)).steps()

@@ -11,8 +11,9 @@ Ranks of a distributed job written to one file carry a rank prefix instead: torc
 ``root_cause`` (tools/tracebacks.py, tools/root_cause.py) find it. All are re-exported here, so callers import
 everything log-related from ``tools.logs``.
 
-Logs are untrusted input: nothing here evaluates them, undecodable bytes become U+FFFD, and a line that
-never ends (a tqdm bar redrawn for hours) is kept bounded while it waits for its ``\\n``.
+Logs are untrusted input: nothing here evaluates them. The bytes become text first (tools/log_bytes.py: terminal
+escapes and control bytes dropped, undecodable bytes U+FFFD, a line that never ends kept bounded); this module
+reads the lines of that text.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tools.fingerprint import (
     frame_origin,
     normalise_message,
 )
+from tools.log_bytes import bounded_pending, decoded_lines
 from tools.log_types import LogLine
 from tools.tracebacks import (
     GENERIC_WRAPPER_SIGNALS,
@@ -61,14 +63,6 @@ __all__ = [
 ]
 
 
-# C0 control characters other than \t \n \r and ESC: dropped byte-wise, before decoding (never inside UTF-8).
-_CONTROL_BYTES = bytes(c for c in range(32) if c not in (9, 10, 13, 27)) + b"\x7f"
-_TERMINAL_ESCAPES = re.compile(
-    rb"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erase-line
-    rb"|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
-    rb"|\x1b[PX^_][^\x1b\n]*(?:\x1b\\)?"  # DCS / SOS / PM / APC strings
-    rb"|\x1b[ -/]*[0-~]?"  # any other escape, or a lone ESC
-)
 _PROC_PREFIX = re.compile(r"\((?P<proc>[A-Za-z_][\w\-]*(?: rank=\d+)? pid=\d+)\)")
 # torchrun's ``[rank1]:`` / ``[default1]:`` (role + local rank), srun --label's `` 1: `` (padded to the widest label)
 _RANK_PREFIX = re.compile(r"\[(?P<role>[A-Za-z_]*)(?P<rank>\d{1,6})\]: ?| {0,3}(?P<task>\d{1,6}): ")
@@ -81,7 +75,6 @@ _PROGRESS_BAR = re.compile(
 )
 _NOT_A_STAMP = ("", "")
 _NO_TAG: tuple[None, None, None] = (None, None, None)
-_MAX_PENDING_BYTES = 1 << 20
 _SLICE_BYTES = 1 << 20
 _MAX_CACHED = 4096
 
@@ -138,7 +131,7 @@ class LineCleaner:
     def feed(self, data: bytes) -> list[LogLine]:
         buffer = self._pending + data if self._pending else bytes(data)
         cut = buffer.rfind(b"\n") + 1
-        self._pending = _bounded(buffer[cut:])
+        self._pending = bounded_pending(buffer[cut:])
         return self._clean(buffer if cut == len(buffer) else buffer[:cut]) if cut else []
 
     def finish(self) -> list[LogLine]:
@@ -154,7 +147,7 @@ class LineCleaner:
             start = 0
             while start < len(block):
                 end = block.find(b"\n", start + _SLICE_BYTES) + 1 or len(block)
-                self._parse(_decoded_lines(block[start:end]))
+                self._parse(decoded_lines(block[start:end]))
                 start = end
             out, self._out, self._bars = self._out, [], {}
             if self._dropped:
@@ -282,25 +275,3 @@ class LineCleaner:
             self._stamps.clear()
         self._stamps[head] = stamp = (match["level"], match["timestamp"]) if match else _NOT_A_STAMP
         return stamp
-
-
-def _decoded_lines(block: bytes) -> list[str]:
-    if b"\x1b" in block:  # before the control bytes go: BEL ends an OSC sequence
-        block = _TERMINAL_ESCAPES.sub(b"", block)
-    lines = block.translate(None, _CONTROL_BYTES).decode("utf-8", errors="replace").split("\n")
-    if block.endswith(b"\n"):
-        lines.pop()
-    return lines
-
-
-def _bounded(pending: bytes) -> bytes:
-    """Keep an unfinished line bounded: of its redraws only the prefix and the latest one matter."""
-    if len(pending) <= _MAX_PENDING_BYTES:
-        return pending
-    first, last = pending.find(b"\r"), pending.rfind(b"\r")
-    if 0 <= first < last:
-        pending = pending[:first] + pending[last:]
-    if len(pending) > _MAX_PENDING_BYTES:
-        half = _MAX_PENDING_BYTES // 2
-        pending = pending[:half] + pending[-half:]
-    return pending

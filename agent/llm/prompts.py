@@ -3,7 +3,7 @@
 Logs, tracebacks and source files are written by programs (and possibly by people) medic does not trust, so
 they only ever reach the model between ``<<<UNTRUSTED ...>>>`` markers, and any text inside them that
 looks like a marker is defused first: the data cannot close its own block and pose as medic.
-Tool descriptions live beside each tool's schema in agent/llm/tools.py.
+Tool descriptions live beside each tool's schema in agent/llm/source_tools.py and agent/llm/tools.py.
 """
 
 from __future__ import annotations
