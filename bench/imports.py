@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-READERS = {"replay", "replay_events", "replay_shards", "postmortem", "postmortem_html", "postmortem_server",
-           "postmortem_shards", "watch", "tracefile", "notify"}
-WRITERS = {"agent.codec", "agent.checks", "agent.faults", "agent.policy", "agent.record.trace", "agent.record.view",
-           "agent.record.panel", "agent.record.report", "agent.record.people"}
+READERS = {"replay", "replay_events", "replay_shards", "postmortem", "postmortem_answers", "postmortem_html",
+           "postmortem_server", "postmortem_shards", "watch", "tracefile", "notify"}
+WRITERS = {"agent.codec", "agent.answers", "agent.checks", "agent.faults", "agent.policy", "agent.record.trace",
+           "agent.record.view", "agent.record.panel", "agent.record.report", "agent.record.people"}
 
 
 def layer(module: str) -> int:

@@ -39,9 +39,10 @@ if str(ROOT) not in sys.path:
 
 from packaging.version import Version  # noqa: E402
 
+from bench.space_pair import Pair  # noqa: E402
 from bench.space_registry import Release, releases, requires, torch_pin, wheel_facts  # noqa: E402
 from bench.space_report import RESULTS_JSON, load_results, write_reports  # noqa: E402
-from bench.space_run import Pair, run_pair  # noqa: E402
+from bench.space_run import run_pair  # noqa: E402
 
 FIRST_VLLM = Version("0.10")
 GENERATOR = "speculators/data_generation/vllm_hidden_states_generator.py"

@@ -5,15 +5,17 @@ reaches it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.record.postmortem import FaultView, PatchView, summarize
 from agent.record.postmortem_server import server_counts
 from agent.record.tracefile import read_trace
-
-if TYPE_CHECKING:
-    from bench.space_run import Pair
+from bench.space_pair import Pair
+from lab.build import LabPaths
+from lab.server_lab import ServerLabPaths, server_environ
 
 SIDES = (("/site-packages/vllm/", "vLLM"), ("/site-packages/speculators/", "speculators"),
          ("/site-packages/hs_connectors/", "speculators"), ("/site-packages/torch/", "torch"),
@@ -41,8 +43,6 @@ def library_answer(patch: PatchView) -> bool:
 
 
 def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict[str, Any]:
-    from bench.space_run import lab_checker
-
     trace = read_trace(trace_path)
     s = summarize(trace)
     medic_verified = s.outcome == "verified" == row.get("medic_outcome")
@@ -77,3 +77,12 @@ def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict
                     "line": f.summary.strip().splitlines()[0][:200] if f.summary.strip() else ""} for f in s.faults],
         "kept": [{"id": p.id, "origin": p.origin, "env": is_env_change(p), "files": p.files} for p in kept],
     }
+
+
+def lab_checker(flavour: str, copy: Path) -> subprocess.CompletedProcess[str]:
+    """The lab's own checker (lab/target/check.py or check_server.py) with the pair's python, on the output."""
+    if flavour == "server":
+        return subprocess.run(ServerLabPaths(copy).validate_command(), env=server_environ(), capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL)
+    return subprocess.run(LabPaths(copy).validate_command(), env={**os.environ, "OMP_NUM_THREADS": "2"},
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL)

@@ -9,12 +9,10 @@ import statistics
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bench.space_pair import Pair
 from bench.table import table
-
-if TYPE_CHECKING:
-    from bench.space_run import Pair
 
 BENCH = Path(__file__).resolve().parent
 RESULTS_JSON = BENCH / "space-results.json"

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.space_judge import judge  # noqa: E402
+from bench.space_pair import Pair  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  # noqa: E402
-from lab.server_lab import ServerLabPaths, server_environ  # noqa: E402
 from lab.server_pair_lab import server_lab_builder  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
 from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
@@ -30,19 +30,6 @@ from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
 # the labs `make test` builds and the tests copy: a run never removes these
 KEPT_LABS = (DEFAULT_ROOT, Variant("0.18.1", "0.3.0").default_root(), ServerPair().default_root())
 MAX_HOST_STEPS = 3
-
-
-@dataclass(eq=False)
-class Pair:
-    spec: str
-    vllm: str
-    flavour: str  # inprocess | server | none
-    torch: str = "?"
-    verdict: str | None = None  # why the pair cannot be installed, read before any build; None: build it
-
-    @property
-    def key(self) -> str:
-        return f"{self.spec}:{self.vllm}"
 
 
 def lab_root(pair: Pair) -> Path:
@@ -118,8 +105,6 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool) -> dict[s
         except (ValueError, IndexError):
             tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
             return {"outcome": "bench error", "detail": f"the child exited {child.returncode}: {tail}"}
-        from bench.space_judge import judge
-
         row.update(judge(pair, copy, Path(row.pop("trace")), row))
         return row
     finally:
@@ -127,15 +112,6 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool) -> dict[s
             shutil.rmtree(copy, ignore_errors=True)
             if fresh and built not in KEPT_LABS:
                 shutil.rmtree(root, ignore_errors=True)
-
-
-def lab_checker(flavour: str, copy: Path) -> subprocess.CompletedProcess[str]:
-    """The lab's own checker (lab/target/check.py or check_server.py) with the pair's python, on the output."""
-    if flavour == "server":
-        return subprocess.run(ServerLabPaths(copy).validate_command(), env=server_environ(), capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL)
-    return subprocess.run(LabPaths(copy).validate_command(), env={**os.environ, "OMP_NUM_THREADS": "2"},
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
