@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 from agent.config import SessionConfig
 from agent.events import EventKind
-from agent.remedies import env_edits, job_env
+from agent.remedies import activated, env_edits, job_env
 from agent.repair.types import Fault
 from agent.state import LaunchBase, LaunchRecord, SessionState
 from tools import runs
@@ -106,9 +106,13 @@ class Launcher(Protocol):
 
 def job_environment(deps: LauncherDeps, state: SessionState, base: dict[str, str] | None = None,
                     over: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """(env, names to unset) of a launch: the job's env (``over`` set over it) with the kept env remedies applied."""
-    return job_env(deps.host, {**(base or {}), **deps.config.target.env, **(over or {})},
-                   env_edits(state.get("patches") or []))
+    """(env, names to unset) of a launch: the job's env (``over`` set over it) with the kept env remedies applied,
+    the target env activated (its bin folder first on PATH): ``python`` in the user's own script is the env's."""
+    env, unset = job_env(deps.host, {**(base or {}), **deps.config.target.env, **(over or {})},
+                         env_edits(state.get("patches") or []))
+    if "PATH" not in unset:
+        env.update(activated(deps.host, deps.config.target.python, env))
+    return env, unset
 
 
 def launched_before(host: Host, base: str, ledger: str) -> str | None:
