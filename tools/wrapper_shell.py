@@ -201,7 +201,7 @@ class Reader:
                 i = redirect.end()
                 continue
             elif c in "'\"":
-                quote = "" if quote == c else (c if not quote else quote)
+                quote = "" if quote == c else (quote or c)
             out.append(c)
             i += 1
         return "".join(out), unresolved
