@@ -58,6 +58,12 @@ class Values:
             self.depth -= 1
 
     def of(self, node: ast.expr) -> Any:
+        try:
+            return self.value_of(node)
+        except (TypeError, ValueError, KeyError, RecursionError) as exc:  # `"a" + 1` and the like: run time's
+            raise Unknown(ast.unparse(node)[:60]) from exc
+
+    def value_of(self, node: ast.expr) -> Any:
         if isinstance(node, ast.Constant) and isinstance(node.value, (str, int, float, bool)):
             return node.value
         if isinstance(node, ast.Name):
@@ -134,7 +140,11 @@ def launcher_commands(text: str, env: Mapping[str, str]) -> tuple[list[tuple[lis
         except Unknown as exc:
             unseen.append(f"the command of `{ast.unparse(node)[:80]}` (line {node.lineno}: {exc.what})")
             continue
-        words = shlex.split(value) if isinstance(value, str) else [str(w) for w in _flat(value)]
+        try:
+            words = shlex.split(value) if isinstance(value, str) else (
+                [str(w) for w in _flat(value)] if isinstance(value, list) else [])
+        except ValueError:  # a string the shell could not split either
+            continue
         if words:
             commands.append((words, node.lineno, unknown))
     return commands, unseen
