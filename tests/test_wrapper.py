@@ -218,3 +218,20 @@ def test_a_python_that_is_no_env_is_not_activated(python: str) -> None:
     config = SessionConfig(session_id="w", target=Target(python=python, workdir="/tmp", command=["x"]))
     env, _ = job_environment(LauncherDeps(LocalHost(), config, lambda *_: None), {})  # type: ignore[arg-type]
     assert "VIRTUAL_ENV" not in env and "PATH" not in env
+
+
+def test_the_report_says_what_medic_could_not_see_and_what_the_server_form_would_save(tmp_path: Path) -> None:
+    from agent.nodes.preflight import cannot_see
+    from agent.record.report import render_report
+
+    folder = work(tmp_path)
+    (folder / "run.sh").write_text("vllm serve $M --port 8000 &\nspeculators generate-offline-data --model m\n")
+    wrapped = read_wrapper(LocalHost(), ["bash", "run.sh"], str(folder), {})
+    assert wrapped is not None and wrapped.unseen == ["the value of $M in the server command (line 1)"]
+    config = SessionConfig(session_id="w", target=Target(python=sys.executable, workdir=str(folder),
+                                                         command=["bash", "run.sh"]))
+    state = {"preflight": {"warnings": [cannot_see(wrapped)], "wrapped": wrapped.as_dict()}}
+    report = render_report(state, config)  # type: ignore[arg-type]
+    said = next(line for line in report.splitlines() if line.startswith("- warning:"))
+    assert "could not read through" in said and "$M in the server command" in said
+    assert "--server" in said and "saves a server load" in said and "without --validate" in said

@@ -104,10 +104,18 @@ class Launcher(Protocol):
     def end(self, state: SessionState, spare: Collection[str] = ()) -> None: ...
 
 
+# rich and other console loggers draw to $COLUMNS when not on a terminal (80 by default), wrapping every
+# traceback line into pieces no parser can join: medic's runs of a two-process job get a wide console, and so
+# does a wrapper medic read a client in (its client logs into the same log)
+WIDE_CONSOLE = {"COLUMNS": "400"}
+
+
 def job_environment(deps: LauncherDeps, state: SessionState, base: dict[str, str] | None = None,
                     over: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
     """(env, names to unset) of a launch: the job's env (``over`` set over it) with the kept env remedies applied,
     the target env activated (its bin folder first on PATH): ``python`` in the user's own script is the env's."""
+    if ((state.get("preflight") or {}).get("wrapped") or {}).get("client"):
+        base = {**WIDE_CONSOLE, **(base or {})}
     env, unset = job_env(deps.host, {**(base or {}), **deps.config.target.env, **(over or {})},
                          env_edits(state.get("patches") or []))
     if "PATH" not in unset:
