@@ -62,8 +62,9 @@ SPEC = json.dumps(@SPEC@)
 
 
 def main() -> None:
-    server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", MODEL,
-                               "--speculative_config", SPEC, "--port", str(PORT)])
+    command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", MODEL, "--speculative_config", SPEC]
+    command += ["--port", str(PORT)]
+    server = subprocess.Popen(command)
     try:
         while True:
             try:

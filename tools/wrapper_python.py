@@ -33,6 +33,7 @@ class Values:
     def __init__(self, tree: ast.AST, env: Mapping[str, str]) -> None:
         self.env = env
         self.assigned: dict[str, list[ast.expr]] = {}
+        self.extended: dict[str, list[ast.expr]] = {}
         for node in ast.walk(tree):
             targets = node.targets if isinstance(node, ast.Assign) else (
                 [node.target] if isinstance(node, ast.AnnAssign) and node.value is not None else [])
@@ -41,6 +42,8 @@ class Values:
                     value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
                     if value is not None:
                         self.assigned.setdefault(target.id, []).append(value)
+            if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
+                self.extended.setdefault(node.target.id, []).append(node.value)  # `cmd += ["--port", PORT]`
         self.depth = 0
 
     def name(self, name: str) -> Any:
@@ -53,7 +56,10 @@ class Values:
             raise Unknown(name)
         self.depth += 1
         try:
-            return self.of(values[0])
+            value = self.of(values[0])
+            for more in self.extended.get(name, []):  # in the order written: a launcher builds its command so
+                value = value + self.of(more)
+            return value
         finally:
             self.depth -= 1
 
