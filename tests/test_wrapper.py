@@ -24,7 +24,7 @@ from agent.faults import fault_from_log, ran_instead
 from agent.job import seen_through
 from agent.launchers.base import LauncherDeps, job_environment
 from tools import runs
-from tools.host import LocalHost
+from tools.host import Host, LocalHost
 from tools.validate_output import builtin_check
 from tools.wrapper import read_wrapper, with_python
 from tools.wrapper_shell import script_commands
@@ -192,9 +192,9 @@ def test_the_root_cause_is_the_interpreters_first_fatal_line_and_says_which_pyth
     assert ran_instead(fault, "/usr/bin/python3") is None
 
 
-def test_the_job_runs_with_the_target_env_activated(tmp_path: Path) -> None:
+def test_the_job_runs_with_the_target_env_activated(host: Host, tmp_path: Path) -> None:
     """A wrapper's own `python` is the target env's: its bin folder first on PATH, VIRTUAL_ENV set, as `source
-    bin/activate` would; the job's env still wins for what it sets itself."""
+    bin/activate` would, on this machine and over SSH; the job's env still wins for what it sets itself."""
     venv = tmp_path / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     folder = tmp_path / "work"
@@ -203,14 +203,13 @@ def test_the_job_runs_with_the_target_env_activated(tmp_path: Path) -> None:
     python = str(venv / "bin" / "python")
     config = SessionConfig(session_id="w", target=Target(python=python, workdir=str(folder),
                                                          command=["bash", "job.sh"], env={"X": "1"}))
-    deps = LauncherDeps(LocalHost(), config, lambda *_: None)
-    env, unset = job_environment(deps, {})  # type: ignore[arg-type]
+    env, unset = job_environment(LauncherDeps(host, config, lambda *_: None), {})  # type: ignore[arg-type]
     assert env["PATH"].split(":")[0] == str(venv / "bin") and env["VIRTUAL_ENV"] == str(venv) and not unset
-    run = runs.launch(LocalHost(), ["bash", "job.sh"], run_dir=str(tmp_path / "runs"), cwd=str(folder), env=env)
+    run = runs.launch(host, ["bash", "job.sh"], run_dir=str(tmp_path / "runs"), cwd=str(folder), env=env)
     deadline = time.monotonic() + 60
-    while not Path(run.exit).exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    log = Path(run.log).read_text().split()
+    while not host.exists(run.exit) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    log = host.read_bytes(run.log).decode().split()
     assert log == [str(venv), f"venv={venv}", "x=1"], log
 
 
