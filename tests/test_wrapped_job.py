@@ -72,7 +72,7 @@ def test_a_server_job_wrapped_in_a_script_verifies_with_no_validate_and_two_serv
     target = Target(python=str(lab.python), workdir=str(lab.work), command=["bash", "run.sh"],
                     env=dict(SERVER_RUN_ENV))  # as typed: no --server, no --validate, no --output
     config = SessionConfig(session_id="wrapped", target=target, traces_dir=str(traces),
-                           budgets=Budgets(max_launches=3, max_wall=1800))
+                           budgets=Budgets(max_launches=3, max_wall=3600))
     started = time.monotonic()
     outcome, values = run_session(config)
     rows = [json.loads(line) for line in (traces / "wrapped.jsonl").read_text().splitlines() if line.strip()]
