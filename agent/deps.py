@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from agent.config import SessionConfig
 from agent.events import EventKind
+from agent.job import seen_through
 from agent.launchers import launcher_for
 from agent.launchers.base import Launcher, LauncherDeps
 from agent.record.trace import TraceWriter
@@ -63,7 +64,7 @@ class Deps:
             workdir=target.workdir,
             versions=dict(pre.get("versions", {})),
             site_packages=tuple(pre.get("site_packages", ())),
-            server_command=tuple(target.server_command or ()),
+            server_command=tuple(seen_through(target, state).server_command or ()),  # a wrapper's, read through
             device=target.device,
             medic_dir=self.config.medic_dir,
             memo=self.library_memo,

@@ -10,7 +10,10 @@ its first fatal line and process, and is ``fatal`` (no code patch is proposed fo
 
 from __future__ import annotations
 
+import posixpath
+import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from unidiff import PatchSet
@@ -21,6 +24,7 @@ from agent.repair.types import Fault, FaultStage, FrameRef
 from agent.state import FaultData, KeptPatch, SessionState
 from tools import env_scripts, logs, tracebacks
 from tools.fatal import Fatal, first_fatal
+from tools.fingerprint import normalise_message
 from tools.root_cause import explanatory_level
 
 EXCERPT_LINES = 60
@@ -43,6 +47,9 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash", where: Callable[[st
     if fatal is not None and (root is None or explanatory_level(root) > 0 or fatal.lineno <= root.last_lineno):
         return fatal_fault(fatal, lines, stage)
     if root is None:
+        said = interpreter_error(lines)
+        if said is not None:  # the interpreter's own one-line death, not the wrapper's last words after it
+            return said.fault(stage, excerpt)
         last = next((line.text for line in reversed(lines) if line.text.strip()), "(empty log)")
         return Fault(stage=stage, exc_type="NoTraceback", message=last, frames=(), log_excerpt=excerpt)
     callers: list[FrameRef] = []
@@ -62,6 +69,47 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash", where: Callable[[st
         proc=root.proc,
         log_excerpt=excerpt,
     )
+
+
+# What CPython prints, as ``<sys.executable>: …``, when it dies before any traceback (Modules/main.c, runpy.py):
+# a module ``-m`` cannot find, a script that is not there. A wrapper script goes on to say its own last words
+# ("server died"); the process that died said this first.
+INTERPRETER_ERROR = re.compile(
+    r"^(?P<exe>/\S*python[0-9.]*): (?:Error while finding module specification for '[^']+' \((?P<exc>\w+): .*\)"
+    r"|(?P<nomod>No module named \S+)|(?P<nofile>can't open file .+: \[Errno \d+\] .+)"
+    r"|(?P<noexec>.+ is a package and cannot be directly executed))$")
+
+
+@dataclass(frozen=True)
+class InterpreterError:
+    line: str
+    exe: str  # the python that ran, as it names itself (sys.executable)
+    exc_type: str
+
+    def fault(self, stage: FaultStage, excerpt: str) -> Fault:
+        return Fault(stage=stage, exc_type=self.exc_type, message=self.line, frames=(),
+                     fingerprint="interpreter:" + normalise_message(self.line.split(": ", 1)[1])[:80],
+                     proc=self.exe, log_excerpt=excerpt)
+
+
+def interpreter_error(lines: list[logs.LogLine]) -> InterpreterError | None:
+    """The first line by which a python interpreter said it could not start what it was given, or None."""
+    for line in lines:
+        match = INTERPRETER_ERROR.match(line.text.strip())
+        if match is not None:
+            exc = match["exc"] or ("ModuleNotFoundError" if match["nomod"] else
+                                   "FileNotFoundError" if match["nofile"] else "ImportError")
+            return InterpreterError(line.text.strip(), match["exe"], exc)
+    return None
+
+
+def ran_instead(fault: Fault, python: str) -> str | None:
+    """When the process that died was a python other than the target's (the host's, named by the script or first
+    on a PATH the script set): which one ran and which was meant, for the report."""
+    exe = fault.proc if fault.message.startswith(f"{fault.proc}: ") else None
+    if not exe or posixpath.dirname(exe) == posixpath.dirname(python):
+        return None
+    return f"{exe} ran it, a python that is not the target env's: {python} was meant"
 
 
 def fatal_fault(fatal: Fatal, lines: list[logs.LogLine], stage: FaultStage) -> Fault:

@@ -86,6 +86,17 @@ def canary_env(state: SessionState, config: SessionConfig) -> dict[str, str]:
     return dict(((state.get("preflight") or {}).get("canary") or {}).get("env") or {})
 
 
+def seen_through(target: Target, state: SessionState) -> Target:
+    """The job as medic's checks read it: a wrapper medic read through (preflight, tools/wrapper.py) stands for
+    the server and the client it runs, so the scan, the model folder and medic's own check see those two
+    commands, as with ``--server``. The launch still runs the user's own command."""
+    wrapped = (state.get("preflight") or {}).get("wrapped") or {}
+    if target.server_command or not wrapped.get("client"):
+        return target
+    return target.model_copy(update={"command": list(wrapped["client"]),
+                                     "server_command": list(wrapped["server"]) if wrapped.get("server") else None})
+
+
 def job_model_folder(target: Target, host: Host) -> ModelFolder | None:
     """The job's model folder, however its command names it (tools/model_folder.py): ``--canary-model`` when
     given (a relative one is the workdir's), found where the job names it; else the first one the job names."""

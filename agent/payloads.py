@@ -27,6 +27,7 @@ class PreflightData(TypedDict, total=False):
     python_version: str
     host: str
     canary: dict[str, Any] | None
+    wrapped: dict[str, Any] | None  # what medic read through the job's own wrapper (tools/wrapper.py)
 
 
 class MessageData(TypedDict, total=False):  # warning

@@ -5,6 +5,7 @@ is always the user's ``--env`` plus the env edits of the patches kept, in the or
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,6 +43,31 @@ def job_env(host: Host, base: Mapping[str, str], edits: Sequence[EnvEdit]) -> tu
 def host_value(host: Host, var: str) -> str:
     """``var`` as the host's own environment has it ("" when unset): what a launch inherits unless medic sets it."""
     return host.run(["sh", "-c", f'printf %s "${{{var}}}"'], timeout=30).stdout
+
+
+# One question to the host: the PATH a launch inherits, and whether the target python's folder is a venv's or a
+# conda env's (a bare system python has no activation: its folder is not put first).
+ENV_KIND_SH = ('printf "%s\\n" "$PATH"; [ -f "$1/pyvenv.cfg" ] && echo venv; '
+               '[ -d "$1/conda-meta" ] && echo conda; exit 0')
+
+
+def activated(host: Host, python: str, env: Mapping[str, str]) -> dict[str, str]:
+    """What activating the target env sets (``VIRTUAL_ENV``/``CONDA_PREFIX``, its bin folder first on ``PATH``),
+    over ``env``: a job that is the user's own script runs ``python``, ``vllm``, ``speculators`` as the env's, not
+    the host's. The folder is the one the python was named in (a venv's bin/python is often a symlink out)."""
+    bin_dir = posixpath.dirname(python)
+    root = posixpath.dirname(bin_dir)
+    answer = host.run(["sh", "-c", ENV_KIND_SH, "sh", root], timeout=30)
+    lines = answer.stdout.splitlines()
+    kinds = set(lines[1:])
+    if not answer.ok or not lines or not kinds:
+        return {}
+    path = env.get("PATH") or lines[0]
+    out = {"PATH": ":".join([bin_dir, *(p for p in path.split(":") if p and p != bin_dir)])}
+    var = "VIRTUAL_ENV" if "venv" in kinds else "CONDA_PREFIX"
+    if var not in env:
+        out[var] = root
+    return out
 
 
 def with_unset(command: Sequence[str], unset: Sequence[str]) -> list[str]:

@@ -18,6 +18,7 @@ class PreflightInfo(TypedDict, total=False):
     python_version: str
     host: str
     canary: dict[str, Any] | None  # the derived canary's run and validate commands
+    wrapped: dict[str, Any] | None  # the server and client a wrapper job runs, as medic read them (tools/wrapper.py)
 
 
 class CheckResult(TypedDict, total=False):

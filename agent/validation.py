@@ -26,7 +26,15 @@ from typing import Any, cast
 from agent.config import SessionConfig
 from agent.deps import Deps
 from agent.faults import answered_fault, model_patch_newest, not_found_fault, record_fault
-from agent.job import canary_commands, canary_env, driver_path, in_target_env, job_model_folder, where_looked
+from agent.job import (
+    canary_commands,
+    canary_env,
+    driver_path,
+    in_target_env,
+    job_model_folder,
+    seen_through,
+    where_looked,
+)
 from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef, OutputFacts
 from agent.shards import total
@@ -44,7 +52,7 @@ CANNOT_READ = 2  # the exit code of a validator that could not read the output (
 
 def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     """One output (a plain job's, the canary's, or one shard's) judged: the state update that says so."""
-    target, run = deps.config.target, state.get("run")
+    target, run = seen_through(deps.config.target, state), state.get("run")  # a wrapper: its client and server
     launch, canary = (run["n"], run["kind"] == "canary") if run else (None, False)
     run_command, given = canary_commands(state, deps.config) if canary else (target.command, target.validate_command)
     stdin, described = None, ""
@@ -150,7 +158,7 @@ def stale_output(host: Host, output: str | None, run_dir: str | None) -> str | N
 def reached_files(state: SessionState, deps: Deps) -> tuple[str, ...]:
     """The fixable files the driver reaches (the scan's list): where a repair of a wrong output looks."""
     try:
-        return tuple(scan_files(deps.context(state), driver_path(deps.config.target, deps.host)))
+        return tuple(scan_files(deps.context(state), driver_path(seen_through(deps.config.target, state), deps.host)))
     except MedicError:
         return ()
 

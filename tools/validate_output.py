@@ -75,11 +75,11 @@ def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str,
     if served is not None:
         return served
     found_output, found_model = locate(host, command, workdir, output=output, model_dir=model_dir, env=env)
-    missing = [what for what, value in (("the output file (--output PATH)", found_output),
-                                        ("the model folder with a config.json (--model-dir DIR)", found_model))
-               if not value]
+    missing = [what for what, value in (("the output file it writes (name it with --output PATH)", found_output),
+                                        ("the model folder with a config.json (name it with --canary-model DIR)",
+                                         found_model)) if not value]
     if missing:
-        return f"medic found no {' and no '.join(missing)} in `{shlex.join(command)[:200]}`"
+        return f"medic could not find {' or '.join(missing)} in `{shlex.join(command)[:200]}`"
     assert found_output is not None and found_model is not None
     script = resources.files("tools").joinpath(SCRIPT).read_text(encoding="utf-8")
     layers = named_layer_ids(command, driver_source(host, command, workdir))

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 
 from agent.config import SessionConfig
 from agent.events import EventKind
-from agent.remedies import env_edits, job_env
+from agent.remedies import activated, env_edits, job_env
 from agent.repair.types import Fault
 from agent.state import LaunchBase, LaunchRecord, SessionState
 from tools import ipc_dir, runs
@@ -104,11 +104,23 @@ class Launcher(Protocol):
     def end(self, state: SessionState, spare: Collection[str] = ()) -> None: ...
 
 
+# rich and other console loggers draw to $COLUMNS when not on a terminal (80 by default), wrapping every
+# traceback line into pieces no parser can join: medic's runs of a two-process job get a wide console, and so
+# does a wrapper medic read a client in (its client logs into the same log)
+WIDE_CONSOLE = {"COLUMNS": "400"}
+
+
 def job_environment(deps: LauncherDeps, state: SessionState, base: dict[str, str] | None = None,
                     over: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
-    """(env, names to unset) of a launch: the job's env (``over`` set over it) with the kept env remedies applied."""
-    return job_env(deps.host, {**(base or {}), **deps.config.target.env, **(over or {})},
-                   env_edits(state.get("patches") or []))
+    """(env, names to unset) of a launch: the job's env (``over`` set over it) with the kept env remedies applied,
+    the target env activated (its bin folder first on PATH): ``python`` in the user's own script is the env's."""
+    if ((state.get("preflight") or {}).get("wrapped") or {}).get("client"):
+        base = {**WIDE_CONSOLE, **(base or {})}
+    env, unset = job_env(deps.host, {**(base or {}), **deps.config.target.env, **(over or {})},
+                         env_edits(state.get("patches") or []))
+    if "PATH" not in unset:
+        env.update(activated(deps.host, deps.config.target.python, env))
+    return env, unset
 
 
 def ipc_variables(deps: LauncherDeps) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any
 from agent.faults import fault_from_log
 from agent.job import in_target_env
 from agent.launchers.base import (
+    WIDE_CONSOLE,
     Explained,
     Launcher,
     LauncherDeps,
@@ -210,9 +211,6 @@ HTTP_CLIENT_PACKAGES = ("openai", "httpx", "httpcore", "aiohttp", "requests", "u
 
 
 HTTP_CLIENT_FRAME = re.compile(r"/(?:" + "|".join(HTTP_CLIENT_PACKAGES) + r")\d*/")  # httpx2, httpcore2 too
-# rich and other console loggers draw to $COLUMNS when not on a terminal (80 by default), wrapping every
-# traceback line into pieces no parser can join: medic's runs of a two-process job get a wide console
-WIDE_CONSOLE = {"COLUMNS": "400"}
 
 
 NOT_READY = "ServerNotReady"

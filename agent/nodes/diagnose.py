@@ -8,7 +8,14 @@ from functools import partial
 from typing import Any
 
 from agent.deps import Deps
-from agent.faults import INNERMOST_FRAMES, answered_fault, fault_from_log, model_patch_failed, record_fault
+from agent.faults import (
+    INNERMOST_FRAMES,
+    answered_fault,
+    fault_from_log,
+    model_patch_failed,
+    ran_instead,
+    record_fault,
+)
 from agent.job import where_looked
 from agent.launchers.base import read_log
 from agent.state import SessionState
@@ -23,6 +30,9 @@ def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
                             stage="canary" if record.get("kind") == "canary" else "crash",
                             where=partial(where_looked, deps.host, deps.config.target))
     fault, side, server = deps.launcher.explain(state, record, logged)
+    instead = ran_instead(fault, deps.config.target.python)
+    if instead:  # a program of the host ran anyway (the script named it, or set its own PATH): say which
+        fault = replace(fault, message=f"{fault.message} ({instead})")
     # the log is the job's output: it reaches the checkpoint, the report and any prompt only redacted
     red = deps.trace.redactor
     fault = replace(fault, message=red.text(fault.message), log_excerpt=red.text(fault.log_excerpt))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from agent.deps import Deps
@@ -12,6 +13,7 @@ from tools import source as src_tools
 from tools.canary import build_canary, canary_job, swap_model
 from tools.envprobe import probe_env
 from tools.errors import SourceError, UsageError
+from tools.wrapper import Wrapped, read_wrapper, with_python
 
 
 def preflight(state: SessionState, deps: Deps) -> dict[str, Any]:
@@ -29,8 +31,12 @@ def preflight(state: SessionState, deps: Deps) -> dict[str, Any]:
     roots = patch_roots(deps)
     warnings = lingering_warnings(deps)
     canary = derive_canary(deps)
+    wrapped = read_through(deps)
+    if wrapped is not None and wrapped.unseen:
+        warnings.append(cannot_see(wrapped))
     info = {"versions": versions, "site_packages": site, "roots": roots, "warnings": warnings,
-            "python_version": report.python_version, "host": host.name, "canary": canary}
+            "python_version": report.python_version, "host": host.name, "canary": canary,
+            "wrapped": wrapped.as_dict() if wrapped else None}
     deps.record("preflight", "preflight", {
         "summary": f"{host.name}: python {report.python_version}, "
                    + ", ".join(f"{k} {v}" for k, v in versions.items()),
@@ -79,6 +85,28 @@ def derive_canary(deps: Deps) -> dict[str, Any] | None:
     if target.validate_command:
         validate = swap_model(swap_model(target.validate_command, folder.named, out), target.model_dir, out)
     return {"command": command, "validate": validate, "env": env}
+
+
+def read_through(deps: Deps) -> Wrapped | None:
+    """The server and client the job's own wrapper runs (a script, a Python launcher), read before any launch:
+    they feed the scan and medic's own check as ``--server`` would. None for a job that is no wrapper."""
+    target = deps.config.target
+    if target.server_command:
+        return None
+    wrapped = read_wrapper(deps.host, target.command, target.workdir, target.env)
+    if wrapped is None:
+        return None
+    wrapped = replace(wrapped, server=with_python(wrapped.server, target.python),
+                      client=with_python(wrapped.client, target.python))
+    return wrapped  # the preflight event records it
+
+
+def cannot_see(wrapped: Wrapped) -> str:
+    """What medic could not see inside the job's wrapper, and what giving its two commands apart would save."""
+    return (f"medic could not read through {wrapped.script}: it did not see {'; '.join(wrapped.unseen)}. "
+            "Given apart (`--server 'vllm serve …' -- CLIENT`), medic scans the server's library code before "
+            "any launch (each host fault found there saves a server load), reruns only the client after a "
+            "client-side fix, and checks the output without --validate")
 
 
 def lingering_warnings(deps: Deps) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.deps import Deps
 from agent.faults import record_fault
-from agent.job import driver_path, job_model_folder
+from agent.job import driver_path, job_model_folder, seen_through
 from agent.remedies import env_edits, job_env
 from agent.repair.scan import scan as scan_drift
 from agent.state import SessionState
@@ -26,10 +26,11 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
     if not deps.config.scan or state.get("scan_done"):
         return {"scan_done": True}
     ctx = deps.context(state)
-    ctx.architectures = target_architectures(deps)
+    ctx.architectures = target_architectures(deps, state)
     env, _ = job_env(deps.host, deps.config.target.env, env_edits(state.get("patches") or []))
     ctx.job_env = env  # what the next launch will run with: the environment detector reads it
-    fresh = [f for f in scan_drift(ctx, driver_path(deps.config.target, deps.host)) if f.fingerprint not in attempted]
+    seen = seen_through(deps.config.target, state)  # a wrapper's client, read through
+    fresh = [f for f in scan_drift(ctx, driver_path(seen, deps.host)) if f.fingerprint not in attempted]
     if not fresh or len(attempted) >= MAX_SCAN_FINDINGS:
         kept = sum(1 for p in state.get("patches") or [] if p.get("fault_index") is not None
                    and (state.get("faults") or [{}])[p["fault_index"]].get("stage") == "scan")
@@ -43,7 +44,7 @@ def scan(state: SessionState, deps: Deps) -> dict[str, Any]:
     return {"scan_attempted": [*attempted, fault.fingerprint], **record_fault(state, fault, launch=None)}
 
 
-def target_architectures(deps: Deps) -> tuple[str, ...]:
+def target_architectures(deps: Deps, state: SessionState) -> tuple[str, ...]:
     """The model's architectures from its config.json, wherever the job names its folder (tools/model_folder.py)."""
-    folder = job_model_folder(deps.config.target, deps.host)
+    folder = job_model_folder(seen_through(deps.config.target, state), deps.host)
     return architectures(deps.host, folder.path) if folder else ()

@@ -133,7 +133,7 @@ class _Replay:
         if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
             found = data_of(d, PreflightData)
             preflight = cast(PreflightInfo, {k: found.get(k) for k in ("versions", "site_packages", "roots",
-                                                                       "warnings", "canary")})
+                                                                       "warnings", "canary", "wrapped")})
             self.state = {"preflight": preflight, "started": ev.ts, "launches": [], "faults": [], "patches": [],
                           "verifications": [], "tried": [], "pending_checks": [], "session_id": self.config.session_id}
         elif ev.kind == "scan":  # the scan has nothing left: the first launch is next

@@ -43,6 +43,12 @@ def render_report(state: SessionState, config: SessionConfig) -> str:
     versions = (state.get("preflight") or {}).get("versions") or {}
     if versions:
         out += ["- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()), ""]
+    wrapped = (state.get("preflight") or {}).get("wrapped") or {}
+    if wrapped.get("server") and wrapped.get("client"):  # what medic's scan and own check read in the user's wrapper
+        out += [f"- read through `{sh.path(wrapped['script'])}`: server `{sh.text(' '.join(wrapped['server']))}`, "
+                f"client `{sh.text(' '.join(wrapped['client']))}`", ""]
+    warned = (state.get("preflight") or {}).get("warnings") or []
+    out += [*(f"- warning: {for_people(w, sh)}" for w in warned), *([""] if warned else [])]
     out += ["## Faults, in order", ""]
     for i, fault in enumerate(faults, 1):
         frames = fault.get("frames") or []
