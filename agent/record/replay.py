@@ -43,6 +43,7 @@ from agent.nodes.patching import queue_checks, revert_index
 from agent.nodes.watch import environment_checks, run_ended
 from agent.payloads import (
     ApprovalData,
+    ChecksQueuedData,
     ConfirmData,
     ExitData,
     LaunchData,
@@ -78,6 +79,33 @@ class ReplayResult:
     events_compared: int
     first_divergence: str | None
     seconds: float
+    stopped: str | None = None  # where a trace that does not end (cut, or no exit event) stops, and why
+
+    @property
+    def exact(self) -> bool:
+        """Replayed to the session's end with no divergence."""
+        return self.first_divergence is None and self.stopped is None
+
+
+# a session waiting for a person ends its run without an exit event, at the question it asked
+QUESTIONS = {"approval": "a person's answer on a patch (`medic approve`) or a host change",
+             "confirm": "a person to confirm the next launch"}
+
+
+def where_it_stops(trace: Trace) -> str | None:
+    """None when the trace ends with the session's exit event; else one line on where and how it stops."""
+    ends = [e for e in trace.events if e.kind in ("exit", "resume")]
+    if ends and ends[-1].kind == "exit" and not trace.truncated:
+        return None
+    last = trace.events[-1] if trace.events else None
+    at = f"line {last.index} ({last.kind})" if last else "the header"
+    if trace.truncated:
+        return f"the trace stops at {at}: {trace.problem}"
+    question = next((QUESTIONS[e.kind] for e in reversed(trace.events) if e.kind in QUESTIONS), None)
+    if last is not None and question and last.kind in (*QUESTIONS, "checks_queued", "notify", "warning"):
+        return f"the trace stops at {at} with no exit event: the session waits for {question}"
+    return (f"the trace stops at {at} with no exit event: medic was stopped or killed there, or the session "
+            f"still runs; nothing after it could be compared")
 
 
 @dataclass
@@ -101,7 +129,11 @@ class _Replay:
                              f"{str(exc).splitlines()[0]}") from exc
         self.state: SessionState = {}
         self.compared = 0
+        # what the current launch's watch will check, as the node queues it (its pending checks, then the host's);
+        # a resumed watch queues them again from the checkpoint, so a checks_queued event starts these over
         self.env_expected: list[str] = []
+        self.watch_pending: list[str] = []
+        self.watch_results: list[CheckResult] = []  # the checks this watch ran: its run_end puts them in the state
         self.divergence: str | None = None
         self.now = 0.0
         self.faults_kept = 0  # fault events the state keeps
@@ -142,7 +174,9 @@ class _Replay:
                                     "exit_code": None, "phases": {}, "checks_during_load": []})
             s["launches"] = [*s.get("launches", []), record]
             s["run"] = record
-            self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]
+            self.queue_watch()
+        elif ev.kind == "checks_queued":
+            self.checks_queued(ev)
         elif ev.kind == "check":
             self.check(ev)
         elif ev.kind == "run_end":
@@ -150,7 +184,9 @@ class _Replay:
             run = cast(LaunchRecord, {**(s.get("run") or launch_record({})), "exit_code": end.get("exit_code"),
                                       "failed_patch": end.get("failed_patch")})
             # watch's own update; the checks it ran joined the verifications as their events came
-            self.take(run_ended(s, run, end.get("outcome") or "", ev.ts, dict(end.get("phases") or {}), []))
+            self.take(run_ended(s, run, end.get("outcome") or "", ev.ts, dict(end.get("phases") or {}),
+                                self.watch_results))
+            self.watch_results = []
             self.expect(ev, "after_watch", graph.after_watch(s), rest)
         elif ev.kind == "fault":
             self.fault(ev, rest)
@@ -205,7 +241,9 @@ class _Replay:
 
     def validate(self, ev: Event, rest: list[Event]) -> None:
         s, verdict = self.state, data_of(ev.data, ValidateData)
-        nxt = rest[0] if rest else None
+        # medic's own check of a wrong output (agent/validation.py measured_facts) sits between the verdict and
+        # the fault it finds: the fault is the validator's next event that is not that check
+        nxt = next((e for e in rest if not (e.kind == "check" and e.node == "validate")), None)
         wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
         if verdict.get("verified") and nxt is not None and nxt.kind == "canary_passed":
             s.update({"canary_done": True, "fault": None})  # the canary is right: the target model is next
@@ -261,7 +299,11 @@ class _Replay:
         self.expect(ev, "after_apply", graph.after_apply(s), rest)
         checks = [check_from_dict(c) for c in proposal["checks"]]
         before = [c.describe() for c in checks if c.when != "during_load"]
-        ran_events = [e for e in until(rest, *NODE_OF) if e.kind == "check" and e.node == "verify"]
+        segment = until(rest, *NODE_OF)
+        resumed = [k for k, e in enumerate(segment) if e.kind == "resume"]
+        # a verify stopped midway and resumed runs its checks again from the first: the last run is the one kept
+        ran_events = [e for e in segment[resumed[-1] + 1 if resumed else 0:]
+                      if e.kind == "check" and e.node == "verify"]
         ran_results = [data_of(e.data, CheckResult) for e in ran_events]  # the verify node recorded these
         ran = [r.get("check") for r in ran_results]
         # verify stops at the first failed check, so fewer checks are right only after a failure
@@ -272,7 +314,8 @@ class _Replay:
         if not stopped:  # verify queues the during-load checks only when every check so far passed
             s["pending_checks"] = queue_checks(s.get("pending_checks", []), list(proposal["checks"]),
                                                str(d.get("patch_id")))
-        after: SessionState = {**s, "verifications": [*s.get("verifications", []), *ran_results]}
+        s["verifications"] = [*s.get("verifications", []), *ran_results]  # verify's own update
+        after: SessionState = s
         self.now = ran_events[-1].ts if ran_events else ev.ts
         chosen = graph.after_verify(after, self.deps)
         if chosen == "budget_stop":  # the node's own effect: the outcome the exit event must show
@@ -281,11 +324,28 @@ class _Replay:
                 s["outcome"], s["outcome_detail"] = spent["outcome"], spent["outcome_detail"]
         self.expect(ev, "after_verify", chosen, rest[len(until(rest, *NODE_OF)):])
 
+    def queue_watch(self) -> None:
+        """What watch queues at its start: the checks verify left (the state keeps them until the run ends), then
+        the host's own."""
+        s = self.state
+        self.watch_pending = [check_from_dict(c).describe() for c in s.get("pending_checks") or []]
+        self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]
+        self.watch_results = []
+
+    def checks_queued(self, ev: Event) -> None:
+        """watch starts (again, after a resume): its queue is the checkpoint's, whatever ran before the stop."""
+        self.queue_watch()
+        expected = [*self.watch_pending, *self.env_expected]
+        queued = list(data_of(ev.data, ChecksQueuedData).get("checks") or [])
+        self.compared += 1
+        if queued != expected:
+            self.differ(ev, f"watch would queue {expected}; the trace shows {queued}")
+
     def check(self, ev: Event) -> None:
-        s, d = self.state, data_of(ev.data, CheckResult)
-        s["verifications"] = [*s.get("verifications", []), d]
-        if ev.node != "watch":
+        d = data_of(ev.data, CheckResult)
+        if ev.node != "watch":  # verify's results join the state in applied(); validate's own check is a fact
             return
+        self.watch_results.append(d)
         if str(d.get("check", "")).split(" ", 1)[0] in ADVISORY:  # the host's own checks (traces since they exist)
             expected_env = self.env_expected.pop(0) if self.env_expected else None
             self.compared += 1
@@ -293,9 +353,7 @@ class _Replay:
                 self.differ(ev, f"watch would check {expected_env or 'nothing more'} on the host; the trace shows "
                                 f"{d.get('check')!r}")
             return
-        pending = list(s.get("pending_checks") or [])  # watch runs what verify left, in order
-        expected = check_from_dict(pending.pop(0)).describe() if pending else None
-        s["pending_checks"] = pending
+        expected = self.watch_pending.pop(0) if self.watch_pending else None  # what verify left, in order
         self.compared += 1
         if expected != d.get("check"):
             self.differ(ev, f"watch would run {expected or 'no check'} during the load; the trace shows "
@@ -330,4 +388,4 @@ def replay(path: Path | str) -> ReplayResult:
     rp = _Replay(trace)
     for i, ev in enumerate(trace.events):
         rp.step(i, ev)
-    return ReplayResult(rp.compared, rp.divergence, time.perf_counter() - start)
+    return ReplayResult(rp.compared, rp.divergence, time.perf_counter() - start, where_it_stops(trace))
