@@ -2,6 +2,9 @@
 each launch and each patch exactly once. Kill points are chosen from outside, by watching the trace for an
 event kind (and waiting a little after it for the points in between), never by a hook inside medic.
 
+Each finished session is replayed too (issue 34): a resumed watch re-runs its checks, a resumed verify its own,
+and replay re-decides all of it with no divergence.
+
 Also: a second medic process on the same session is refused with one clear line.
 """
 
@@ -16,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from agent.record.replay import replay
 from tests.fixtures_fake import FIXED, Fake, MakeFake, medic_cli, record_figure, spawn_medic
 
 # (name, mode, kinds to see in order before the kill, seconds to wait after the last one)
@@ -117,6 +121,8 @@ def test_sigkill_then_resume_finishes_with_each_side_effect_once(
     assert done.returncode == 0, done.stderr
     assert fake.events("exit")[-1]["outcome"] == "verified"
     assert good(state), state
+    replayed = replay(fake.trace_path)  # was a divergence at a resumed watch's first check (wait-1, wait-2)
+    assert replayed.exact, replayed
 
 
 def test_sigkill_while_the_approve_cli_applies(make_fake: MakeFake) -> None:
@@ -130,6 +136,7 @@ def test_sigkill_while_the_approve_cli_applies(make_fake: MakeFake) -> None:
     record_figure("sigkill@approve-answer", survived=int(killed and done.returncode == 0 and good(state)), total=1)
     assert killed and done.returncode == 0, done.stderr
     assert good(state), state
+    assert replay(fake.trace_path).exact
 
 
 def test_killed_again_and_again_at_random_moments(make_fake: MakeFake) -> None:
@@ -150,6 +157,8 @@ def test_killed_again_and_again_at_random_moments(make_fake: MakeFake) -> None:
     record_figure("sigkill@random", survived=int(done.returncode == 0 and good(state)), total=1, kills=kills)
     assert kills >= 3 and done.returncode == 0, (kills, done.stderr)
     assert good(state), state
+    replayed = replay(fake.trace_path)
+    assert replayed.exact, replayed
 
 
 # 9 -------------------------------------------------------------------------------------------------------

@@ -159,6 +159,8 @@ class _Replay:
     def step(self, i: int, ev: Event) -> None:
         s, d, rest = self.state, ev.data, self.trace.events[i + 1:]
         self.now = ev.ts
+        if redone(ev, rest):  # the node ran again after a resume: its second record is the one that counts
+            return
         if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
             found = data_of(d, PreflightData)
             preflight = cast(PreflightInfo, {k: found.get(k) for k in ("versions", "site_packages", "roots",
@@ -299,11 +301,7 @@ class _Replay:
         self.expect(ev, "after_apply", graph.after_apply(s), rest)
         checks = [check_from_dict(c) for c in proposal["checks"]]
         before = [c.describe() for c in checks if c.when != "during_load"]
-        segment = until(rest, *NODE_OF)
-        resumed = [k for k, e in enumerate(segment) if e.kind == "resume"]
-        # a verify stopped midway and resumed runs its checks again from the first: the last run is the one kept
-        ran_events = [e for e in segment[resumed[-1] + 1 if resumed else 0:]
-                      if e.kind == "check" and e.node == "verify"]
+        ran_events = verify_run(until(rest, *NODE_OF))
         ran_results = [data_of(e.data, CheckResult) for e in ran_events]  # the verify node recorded these
         ran = [r.get("check") for r in ran_results]
         # verify stops at the first failed check, so fewer checks are right only after a failure
@@ -379,6 +377,39 @@ class _Replay:
             self.differ(ev, f"the report lists {listed} fault(s) and patches {heads}; the trace has "
                             f"{recorded} fault(s) and patches {ids}")
         return None
+
+
+def redone(ev: Event, rest: list[Event]) -> bool:
+    """``ev`` is a node's record that a resume made it write again: medic was stopped after the node recorded it
+    but before LangGraph's checkpoint of the node, so the resumed graph ran the node again from its first line
+    (apply, whose ledger keeps the file from being patched twice, then records the same patch again)."""
+    if ev.kind not in NODE_OF or ev.kind == "exit":
+        return False
+    resumed = False
+    for e in rest:
+        if e.kind == "resume":
+            resumed = True
+        elif e.kind in NODE_OF or refused_revert(e):
+            return resumed and (e.kind, e.node, key_of(e)) == (ev.kind, ev.node, key_of(ev))
+    return False
+
+
+def key_of(ev: Event) -> str:
+    """What names the thing an event records: its patch, its launch, its fault."""
+    d = ev.data
+    return str(d.get("patch_id") or d.get("n") or d.get("fingerprint") or d.get("summary") or "")
+
+
+def verify_run(segment: list[Event]) -> list[Event]:
+    """The check events of the verify run the session kept. medic stopped inside verify, or before its checkpoint,
+    runs it again from its first check on resume: the last run that recorded any is the one whose result counts."""
+    runs: list[list[Event]] = [[]]
+    for e in segment:
+        if e.kind == "resume":
+            runs.append([])
+        elif e.kind == "check" and e.node == "verify":
+            runs[-1].append(e)
+    return next((run for run in reversed(runs) if run), [])
 
 
 def replay(path: Path | str) -> ReplayResult:
