@@ -69,6 +69,7 @@ from agent.record.replay_events import (
     SILENT,
     diff_files,
     frame_of,
+    medic_failed,
     node_of,
     redone,
     refused_revert,
@@ -233,7 +234,7 @@ class _Replay:
             if answer.get("action") != "approve":
                 s.update({"outcome": "rejected", "outcome_detail": f"launch {answer.get('launch')} was not confirmed"})
             self.expect(ev, "after_confirm", graph.after_confirm(s), rest)
-        elif ev.kind == "exit":
+        elif ev.kind == "exit" and not medic_failed(ev):  # medic's own failure decides nothing
             self.exit(ev)
         return None
 

@@ -17,6 +17,17 @@ NODE_OF = {"launch": "launch", "scan": "scan", "fault": "diagnose", "candidate":
 SILENT = {"verify": ("scan", "launch", "confirm", "revert", "report"), "budget_stop": ("report",)}
 
 
+def medic_failed(ev: Event) -> bool:
+    """medic's own failure ended the run here (agent/session.py internal_error): not a decision of the graph, and
+    `medic resume` goes on from the node that failed, as after a kill."""
+    return ev.kind == "exit" and ev.node == "session"
+
+
+def stops(ev: Event) -> bool:
+    """medic stopped here and went on later: what came just before was not followed by what the graph chose."""
+    return ev.kind == "resume" or medic_failed(ev)
+
+
 def refused_revert(ev: Event) -> bool:
     """The revert node's warning that a patch could not come off (agent/nodes/patching.py revert)."""
     return ev.kind == "warning" and ev.node == "revert"
@@ -28,13 +39,15 @@ def node_of(ev: Event) -> str:
         return "scan"
     if refused_revert(ev):
         return "revert"
+    if medic_failed(ev):
+        return "resume"
     return NODE_OF.get(ev.kind, ev.kind)
 
 
 def until(events: list[Event], *kinds: str) -> list[Event]:
     out = []
     for e in events:
-        if e.kind in kinds:
+        if e.kind in kinds and not medic_failed(e):
             break
         out.append(e)
     return out
@@ -87,7 +100,7 @@ def redone(ev: Event, rest: list[Event]) -> bool:
         return False
     resumed = False
     for e in rest:
-        if e.kind == "resume":
+        if stops(e):
             resumed = True
         elif e.kind in NODE_OF or refused_revert(e):
             return resumed and (e.kind, e.node, key_of(e)) == (ev.kind, ev.node, key_of(ev))
@@ -105,7 +118,7 @@ def verify_run(segment: list[Event]) -> list[Event]:
     runs it again from its first check on resume: the last run that recorded any is the one whose result counts."""
     runs: list[list[Event]] = [[]]
     for e in segment:
-        if e.kind == "resume":
+        if stops(e):
             runs.append([])
         elif e.kind == "check" and e.node == "verify":
             runs[-1].append(e)
