@@ -63,15 +63,20 @@ def is_trace(path: Path, since: float) -> bool:
         return False
 
 
+# how every session's trace begins: the graph's first node, or medic's own failure before it recorded anything
+SESSION_STARTS = ("preflight", "exit", "resume", "stopped")
+
+
 def is_session(path: Path) -> bool:
-    """A session's trace names its config in the header; a unit test's TraceWriter for one node's events (an empty
-    or no config) records no session to re-decide."""
+    """A session's trace names its config in the header and begins where the graph begins. A unit test that runs
+    one node on a state of its own (its TraceWriter, or make_deps's) records no session to re-decide."""
     try:
         with path.open("rb") as fh:
-            header = json.loads(fh.readline())
-    except (OSError, ValueError):
+            header, first = json.loads(fh.readline()), fh.readline()
+        kind = json.loads(first).get("kind") if first.strip() else None
+    except (OSError, ValueError, AttributeError):
         return True  # unreadable: replay says why
-    return not isinstance(header, dict) or bool(header.get("config"))
+    return not isinstance(header, dict) or (bool(header.get("config")) and kind in (None, *SESSION_STARTS))
 
 
 @dataclass
