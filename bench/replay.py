@@ -33,6 +33,8 @@ def main(runs: int = DEFAULT_RUNS) -> None:
     print(f"session real duration seconds: {session:.1f}")
     if diverged:
         print(f"divergence: {diverged[0]}")
+    if results[0].stopped:  # a trace that does not end: what came after it was not compared
+        print(f"stops: {results[0].stopped}")
     print(f"replay_speedup={session / per_replay:.0f}")
 
 

@@ -2,6 +2,9 @@
 each launch and each patch exactly once. Kill points are chosen from outside, by watching the trace for an
 event kind (and waiting a little after it for the points in between), never by a hook inside medic.
 
+Each finished session is replayed too (issue 34): a resumed watch re-runs its checks, a resumed verify its own,
+and replay re-decides all of it with no divergence.
+
 Also: a second medic process on the same session is refused with one clear line.
 """
 
@@ -16,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from agent.record.replay import replay
 from tests.fixtures_fake import FIXED, Fake, MakeFake, medic_cli, record_figure, spawn_medic
 
 # (name, mode, kinds to see in order before the kill, seconds to wait after the last one)
@@ -50,15 +54,15 @@ def seen(kinds: list[str], wanted: tuple[str, ...]) -> bool:
 
 
 def kill_when(fake: Fake, proc: subprocess.Popen[str], wanted: tuple[str, ...], delay: float,
-              timeout: float = 90.0) -> bool:
-    """SIGKILL ``proc`` once the trace shows ``wanted``; False if it ended first."""
+              timeout: float = 90.0, sig: signal.Signals = signal.SIGKILL) -> bool:
+    """Send ``sig`` (SIGKILL) to ``proc`` once the trace shows ``wanted``; False if it ended first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         if seen(fake.kinds(), wanted):
             time.sleep(delay)
             if proc.poll() is not None:
                 return False
-            os.kill(proc.pid, signal.SIGKILL)
+            os.kill(proc.pid, sig)
             proc.wait(timeout=30)
             return True
         time.sleep(0.005)
@@ -117,6 +121,25 @@ def test_sigkill_then_resume_finishes_with_each_side_effect_once(
     assert done.returncode == 0, done.stderr
     assert fake.events("exit")[-1]["outcome"] == "verified"
     assert good(state), state
+    replayed = replay(fake.trace_path)  # was a divergence at a resumed watch's first check (wait-1, wait-2)
+    assert replayed.exact, replayed
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_stopped_after_the_checks_during_the_load_then_resumed_replays_exactly(make_fake: MakeFake,
+                                                                               sig: signal.Signals) -> None:
+    """Ctrl-C (or SIGTERM) once launch 2's checks ran: medic stops (exit 9), `medic resume` watches the same launch
+    again and re-runs its checks, and replay re-decides the whole session with no divergence."""
+    fake = make_fake(mode="unattended", seconds=SECONDS, session_id=f"stop-{sig.name}")
+    proc = spawn_medic("resume", fake.config.session_id)
+    stopped = kill_when(fake, proc, ("applied", "launch", "check", "check"), 0.0, sig=sig)
+    done = finish(fake)
+    assert stopped and proc.returncode == 9, (proc.returncode, proc.stderr.read() if proc.stderr else "")
+    assert done.returncode == 0, done.stderr
+    assert good(ledgers_once(fake))
+    assert fake.kinds().count("checks_queued") == 3  # launch 2's watch queued its checks again on resume
+    replayed = replay(fake.trace_path)
+    assert replayed.exact, replayed
 
 
 def test_sigkill_while_the_approve_cli_applies(make_fake: MakeFake) -> None:
@@ -130,6 +153,7 @@ def test_sigkill_while_the_approve_cli_applies(make_fake: MakeFake) -> None:
     record_figure("sigkill@approve-answer", survived=int(killed and done.returncode == 0 and good(state)), total=1)
     assert killed and done.returncode == 0, done.stderr
     assert good(state), state
+    assert replay(fake.trace_path).exact
 
 
 def test_killed_again_and_again_at_random_moments(make_fake: MakeFake) -> None:
@@ -150,6 +174,8 @@ def test_killed_again_and_again_at_random_moments(make_fake: MakeFake) -> None:
     record_figure("sigkill@random", survived=int(done.returncode == 0 and good(state)), total=1, kills=kills)
     assert kills >= 3 and done.returncode == 0, (kills, done.stderr)
     assert good(state), state
+    replayed = replay(fake.trace_path)
+    assert replayed.exact, replayed
 
 
 # 9 -------------------------------------------------------------------------------------------------------

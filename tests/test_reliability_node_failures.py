@@ -21,6 +21,7 @@ import pytest
 import agent.graph
 from agent.cli.main import main
 from agent.outcomes import exit_code
+from agent.record.replay import replay
 from tests.fixtures_fake import Fake, MakeFake, record_figure
 
 INTERNAL = exit_code("internal_error")
@@ -94,3 +95,6 @@ def test_a_failure_in_a_node_is_an_outcome_and_resume_goes_on(make_fake: MakeFak
     if want == 0:
         assert last_event(fake)["kind"] == "exit" and last_event(fake)["data"]["outcome"] == "verified"
         assert status(capsys, fake.config.session_id)["state"] == "ended"
+    # medic's own failures are no decisions: replay re-decides the session around them (was a divergence at each)
+    replayed = replay(fake.trace_path)
+    assert replayed.first_divergence is None, replayed

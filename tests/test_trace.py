@@ -21,6 +21,7 @@ from agent.record.postmortem_html import postmortem_html
 from agent.record.replay import replay
 from agent.record.trace import TraceWriter
 from agent.record.tracefile import read_trace
+from tests.fixtures_replay import replay_exempt
 from tools.errors import TraceError
 from tools.redact import Redactor
 
@@ -65,6 +66,7 @@ def test_replay_reports_the_first_divergence(tmp_path: Path, line: int, edit, ex
     text[line] = json.dumps(record)
     path = tmp_path / "edited.jsonl"
     path.write_text("\n".join(text) + "\n")
+    replay_exempt(path, "edited to diverge")
     result = replay(path)
     assert result.first_divergence is not None
     assert f"line {line + 1}" in result.first_divergence and expected in result.first_divergence
@@ -175,6 +177,7 @@ def test_bad_traces_are_refused_with_one_line(tmp_path: Path, name: str) -> None
     content, words = BAD[name]
     path = tmp_path / f"{name}.jsonl"
     path.write_text(content)
+    replay_exempt(path, "not a readable trace, on purpose")
     with pytest.raises(TraceError, match=words) as err:
         read_trace(path)
     assert err.value.exit_code == 2 and "\n" not in str(err.value)
@@ -192,6 +195,7 @@ def test_a_truncated_last_line_is_read_up_to_the_break(tmp_path: Path) -> None:
     cut = text[: text.rindex('"kind": "exit"') + 5]  # the session died writing its exit event
     path = tmp_path / "crashed.jsonl"
     path.write_text(cut)
+    replay_exempt(path, "cut mid-line, on purpose")
     trace = read_trace(path)
     assert trace.truncated and "truncated" in (trace.problem or "")
     assert len(trace.events) == 99
@@ -200,7 +204,22 @@ def test_a_truncated_last_line_is_read_up_to_the_break(tmp_path: Path) -> None:
     done = medic("postmortem", str(path), "--html", str(page))
     assert done.returncode == 0 and "truncated" in done.stderr and "truncated" in done.stdout
     assert page.exists() and "truncated" in page.read_text()
-    assert medic("replay", str(path)).returncode == 0
+    # replay compares what was recorded, then says where the trace stops: not a clean replay (was exit 0, silent)
+    replayed = medic("replay", str(path))
+    assert replayed.returncode == 1 and "no divergence up to where the trace stops at line 100" in replayed.stdout
+    assert "truncated" in replayed.stdout and replayed.stdout.count("\n") == 1
+
+
+def test_a_trace_with_no_exit_event_says_where_it_stops(tmp_path: Path) -> None:
+    """medic killed before its exit event: every decision up to there is compared, and replay says it stops."""
+    text = lines(REAL)
+    path = tmp_path / "killed.jsonl"
+    path.write_text("\n".join(text[:60]) + "\n")
+    result = replay(path)
+    assert result.first_divergence is None and not result.exact and result.events_compared > 10
+    assert result.stopped is not None and result.stopped.startswith("the trace stops at line 60 (")
+    assert "no exit event" in result.stopped
+    assert replay(REAL).exact
 
 
 def test_cli_on_the_real_trace(tmp_path: Path) -> None:

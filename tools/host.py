@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -88,6 +89,22 @@ def read_text(host: Host, path: str) -> str:
     return host.read_bytes(path).decode("utf-8", errors="replace")
 
 
+# A command leads a process group of its own (a timeout kills all it started), so neither a Ctrl-C nor a `kill -9`
+# of medic reaches it: it would run on, an import probe for many seconds. setpriv gives its shell a signal for
+# when medic dies (PR_SET_PDEATHSIG), and the shell ends its whole group on it. The command runs as the shell's
+# background job so the trap runs at once (a foreground one defers it), its stdin passed on by hand (a background
+# job's is /dev/null). A job medic launches detaches with setsid and is not in that group.
+_ENDS_WITH_MEDIC = 'exec 3<&0; trap "kill -KILL 0" TERM; /bin/sh -c "$1" <&3 3<&- & wait $!'
+
+
+def local_argv(line: str) -> list[str]:
+    """The argv that runs ``line`` on this machine, ended with medic where this machine can say so."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:  # no util-linux setpriv: the command outlives a killed medic, as it always did
+        return ["/bin/sh", "-c", line]
+    return [setpriv, "--pdeathsig", "TERM", "/bin/sh", "-c", _ENDS_WITH_MEDIC, "medic", line]
+
+
 class LocalHost:
     """This machine. Commands go through ``/bin/sh -c`` so a command line means the same as over SSH."""
 
@@ -106,7 +123,7 @@ class LocalHost:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", line],
+                local_argv(line),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

@@ -18,13 +18,18 @@ from tools.errors import UsageError
 
 
 def replay(trace: Annotated[Path, typer.Argument(help="a session trace (.jsonl)")]) -> None:
-    """Re-run today's decision logic against a recorded session; exit 1 at the first divergence."""
+    """Re-run today's decision logic against a recorded session; exit 1 at the first divergence, or when the
+    trace stops before the session's end (cut, or no exit event): what came after could not be compared."""
     from agent.record.replay import replay as run_replay
 
     result = run_replay(trace)
     if result.first_divergence:
         typer.echo(f"replay: {result.events_compared} decision(s) compared; first divergence: "
                    f"{result.first_divergence}")
+        raise typer.Exit(1)
+    if result.stopped:
+        typer.echo(f"replay: {result.events_compared} decision(s) compared, no divergence up to where "
+                   f"{result.stopped}")
         raise typer.Exit(1)
     typer.echo(f"replay: {result.events_compared} decision(s) compared, no divergence "
                f"({result.seconds * 1000:.1f} ms)")

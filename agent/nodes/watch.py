@@ -1,19 +1,23 @@
 """watch: follow the launch through the launcher's RunHandle until it ends, is stopped, or times out.
 
 While the run loads, watch runs the checks of the last patches that need the target env (imports): the wait is
-where a bad fix is caught before the run reaches it. A failed check stops the run at once.
+where a bad fix is caught before the run reaches it. A failed check stops the run at once. The checks run one at a
+time in a thread beside the loop (an import of vLLM takes seconds), so the log is read, and its phases told, while
+they run.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 from typing import Any, cast
 
 from agent.checks import blames_patch, run_check
 from agent.codec import check_from_dict
 from agent.deps import Deps, Settings
 from agent.launchers.base import RunHandle, run_folders
-from agent.repair.types import Check
+from agent.repair.types import Check, RepairContext
 from agent.state import CheckResult, LaunchRecord, SessionState
 from tools import runs
 from tools.errors import HostUnreachable, MedicError
@@ -30,12 +34,64 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
     assert current is not None, "watch follows the launch the launch node just made"
     record = cast(LaunchRecord, dict(current))  # a copy: the handle writes how it ended into it
     handle = deps.launcher.handle(record)
-    ctx = deps.context(state)
     owners = [c.get("patch_id") for c in state.get("pending_checks") or []]  # which patch each check proves
     pending = [check_from_dict(c) for c in state.get("pending_checks") or []] + environment_checks(state, deps)
-    results: list[CheckResult] = []
     found_on_resume(deps, record, handle)
     deps.record("checks_queued", "watch", {"launch": record["n"], "checks": [c.describe() for c in pending]})
+    return follow(state, deps, handle, record, BesideTheLoad(deps, deps.context(state), pending, owners, record["n"]))
+
+
+class BesideTheLoad:
+    """The launch's checks, one at a time in a thread of their own, so a slow one (an import of vLLM) never holds
+    up reading the log. Their results are recorded by the loop, in order, as they come. The thread is a daemon:
+    medic stopped never waits for a check (its probe ends with medic: tools/host.py)."""
+
+    def __init__(self, deps: Deps, ctx: RepairContext, pending: list[Check], owners: list[str | None],
+                 launch: int) -> None:
+        self.deps, self.ctx, self.pending, self.owners, self.launch = deps, ctx, pending, owners, launch
+        self.results: list[CheckResult] = []
+        self.running: Future[tuple[bool, str]] | None = None
+
+    def start(self) -> None:
+        if not self.pending or self.running is not None:
+            return
+        future: Future[tuple[bool, str]] = Future()
+        check, env = self.pending[0], self.deps.config.target.env
+
+        def work() -> None:
+            try:
+                future.set_result(run_check(self.ctx, check, env))
+            except BaseException as exc:  # handed to the loop, which raises or waits for the link
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name="medic-check", daemon=True).start()
+        self.running = future
+
+    def finished(self, when: str, phase: str | None, wait: bool = False) -> tuple[Check, str | None, bool] | None:
+        """The check that just ended — (check, the patch it proves, ok) — recorded; None while it runs. A host
+        that dropped leaves it queued: it runs again once poll() has the link back."""
+        if self.running is None or not (wait or self.running.done()):
+            return None
+        future, self.running = self.running, None
+        try:
+            ok, detail = future.result()
+        except HostUnreachable:
+            if wait:  # the run has ended: nothing to wait for but the link, as before
+                raise
+            time.sleep(RECONNECT_PAUSE)
+            return None
+        check = self.pending.pop(0)
+        owner = self.owners.pop(0) if self.owners else None
+        result = CheckResult(check=check.describe(), ok=ok, detail=detail, when=when, launch=self.launch)
+        if phase is not None:
+            result["phase"] = phase
+        self.results.append(result)
+        self.deps.record("check", "watch", dict(result))
+        return check, owner, ok
+
+
+def follow(state: SessionState, deps: Deps, handle: RunHandle, record: LaunchRecord,
+           checks: BesideTheLoad) -> dict[str, Any]:
     offset, tail = 0, ""
     seen_phases: dict[str, float] = dict(record.get("phases") or {})
     started = record.get("started") or deps.clock()
@@ -73,36 +129,21 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
                 remaining = eta.remaining(deps.clock() - started, event.progress) if event.phase == "loading" else None
                 deps.record("phase", "watch", {"phase": event.phase, "percent": pct, "eta": remaining,
                                                "launch": record["n"]})
-        if pending and status.state == "running":
-            check = pending[0]  # one check per poll, so the log keeps flowing between them
-            try:
-                ok, detail = run_check(ctx, check, deps.config.target.env)
-            except HostUnreachable:
-                time.sleep(RECONNECT_PAUSE)
-                continue  # the link dropped: poll() waits for it, then the same check runs again
-            pending.pop(0)
-            owner = owners.pop(0) if owners else None
-            result = CheckResult(check=check.describe(), ok=ok, detail=detail, when="during_load",
-                                 phase=next(reversed(seen_phases), "starting"), launch=record["n"])
-            results.append(result)
-            deps.record("check", "watch", dict(result))
-            if not ok and not blames_patch(check.kind, detail):
-                deps.record("warning", "watch", {"message": f"{check.describe()}: {detail}"})
-            elif not ok:
+        if status.state == "running":
+            done = checks.finished("during_load", next(reversed(seen_phases), "starting"))
+            if done is not None and not done[2] and blames_patch(done[0].kind, checks.results[-1]["detail"]):
                 handle.stop()
-                outcome = f"stopped:check failed: {check.describe()}"
-                record["failed_patch"] = owner
+                outcome = f"stopped:check failed: {done[0].describe()}"
+                record["failed_patch"] = done[1]
                 break
-            continue
-        if status.state != "running":
-            if pending:  # the run ended before its load: the checks still tell whether the patch is sound
-                for check in pending:
-                    ok, detail = run_check(ctx, check, deps.config.target.env)
-                    result = CheckResult(check=check.describe(), ok=ok, detail=detail, when="after_exit",
-                                         launch=record["n"])
-                    results.append(result)
-                    deps.record("check", "watch", dict(result))
-                pending = []
+            if done is not None and not done[2]:
+                deps.record("warning", "watch", {"message": f"{done[0].describe()}: {checks.results[-1]['detail']}"})
+            checks.start()  # the next one, while the log goes on being read
+        else:
+            # the run ended before its load: the checks still tell whether the patch is sound
+            while checks.pending:
+                checks.start()
+                checks.finished("after_exit", None, wait=True)
             outcome = handle.finish(record, status)
             break
         if deps.clock() > deadline:
@@ -110,7 +151,7 @@ def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
             outcome = "timeout"
             break
         time.sleep(deps.poll_interval)
-    update = run_ended(state, record, outcome or "", deps.clock(), seen_phases, results)
+    update = run_ended(state, record, outcome or "", deps.clock(), seen_phases, checks.results)
     deps.record("run_end", "watch", {"outcome": outcome, "exit_code": record.get("exit_code"),
                                      "seconds": round(update["run"]["ended"] - started, 1), "launch": record["n"],
                                      "phases": seen_phases, "failed_patch": record.get("failed_patch")})

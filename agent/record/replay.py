@@ -23,6 +23,12 @@ event is a resume) has no observed successor and is not compared. The scan is a 
 findings are faults whose router (after_scan) is compared like any other. A canary's verified output is
 recorded as ``canary_passed`` (traces written before that event existed replay their canary sessions with a
 divergence at that point).
+
+A resumed session holds what medic did again: a watch resumed re-queues its checks from the checkpoint (its
+``checks_queued`` event starts replay's queue over), a node stopped before its checkpoint records again (the
+second record counts: ``redone``), and a verify run again keeps its last run's checks. A trace that stops before
+its exit event (cut mid-line, medic killed, a session still waiting for a person) is compared up to there, and
+``ReplayResult.stopped`` says where it stops: `medic replay` exits 1 then, as at a divergence.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from agent.nodes.patching import queue_checks, revert_index
 from agent.nodes.watch import environment_checks, run_ended
 from agent.payloads import CandidateData as CandidateEvent
 from agent.payloads import (
+    ChecksQueuedData,
     ConfirmData,
     ExitData,
     LaunchData,
@@ -58,7 +65,19 @@ from agent.payloads import (
 )
 from agent.payloads import FaultData as FaultEvent
 from agent.payloads import PatchData as PatchEvent
-from agent.record.replay_events import NODE_OF, SILENT, diff_files, frame_of, node_of, refused_revert, until
+from agent.record.replay_events import (
+    NODE_OF,
+    SILENT,
+    diff_files,
+    frame_of,
+    medic_failed,
+    node_of,
+    redone,
+    refused_revert,
+    until,
+    verify_run,
+    where_it_stops,
+)
 from agent.record.replay_shards import replay_shard
 from agent.record.report import render_report
 from agent.record.tracefile import Event, Trace, read_trace
@@ -80,6 +99,12 @@ class ReplayResult:
     events_compared: int
     first_divergence: str | None
     seconds: float
+    stopped: str | None = None  # where a trace that does not end (cut, or no exit event) stops, and why
+
+    @property
+    def exact(self) -> bool:
+        """Replayed to the session's end with no divergence."""
+        return self.first_divergence is None and self.stopped is None
 
 
 @dataclass
@@ -103,7 +128,11 @@ class _Replay:
                              f"{str(exc).splitlines()[0]}") from exc
         self.state: SessionState = {}
         self.compared = 0
+        # what the current launch's watch will check, as the node queues it (its pending checks, then the host's);
+        # a resumed watch queues them again from the checkpoint, so a checks_queued event starts these over
         self.env_expected: list[str] = []
+        self.watch_pending: list[str] = []
+        self.watch_results: list[CheckResult] = []  # the checks this watch ran: its run_end puts them in the state
         self.divergence: str | None = None
         self.now = 0.0
         self.faults_kept = 0  # fault events the state keeps
@@ -130,6 +159,8 @@ class _Replay:
     def step(self, i: int, ev: Event) -> None:
         s, d, rest = self.state, ev.data, self.trace.events[i + 1:]
         self.now = ev.ts
+        if redone(ev, rest):  # the node ran again after a resume: its second record is the one that counts
+            return
         if ev.kind == "preflight":  # a fresh preflight starts the state over, as the node does
             found = data_of(d, PreflightData)
             preflight = cast(PreflightInfo, {k: found.get(k) for k in ("versions", "site_packages", "roots",
@@ -145,7 +176,9 @@ class _Replay:
                                     "exit_code": None, "phases": {}, "checks_during_load": []})
             s["launches"] = [*s.get("launches", []), record]
             s["run"] = record
-            self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]
+            self.queue_watch()
+        elif ev.kind == "checks_queued":
+            self.checks_queued(ev)
         elif ev.kind == "check":
             self.check(ev)
         elif ev.kind == "run_end":
@@ -153,7 +186,9 @@ class _Replay:
             run = cast(LaunchRecord, {**(s.get("run") or launch_record({})), "exit_code": end.get("exit_code"),
                                       "failed_patch": end.get("failed_patch")})
             # watch's own update; the checks it ran joined the verifications as their events came
-            self.take(run_ended(s, run, end.get("outcome") or "", ev.ts, dict(end.get("phases") or {}), []))
+            self.take(run_ended(s, run, end.get("outcome") or "", ev.ts, dict(end.get("phases") or {}),
+                                self.watch_results))
+            self.watch_results = []
             self.expect(ev, "after_watch", graph.after_watch(s), rest)
         elif ev.kind == "fault":
             self.fault(ev, rest)
@@ -210,13 +245,15 @@ class _Replay:
             if answer.get("action") != "approve":
                 s.update({"outcome": "rejected", "outcome_detail": f"launch {answer.get('launch')} was not confirmed"})
             self.expect(ev, "after_confirm", graph.after_confirm(s), rest)
-        elif ev.kind == "exit":
+        elif ev.kind == "exit" and not medic_failed(ev):  # medic's own failure decides nothing
             self.exit(ev)
         return None
 
     def validate(self, ev: Event, rest: list[Event]) -> None:
         s, verdict = self.state, data_of(ev.data, ValidateData)
-        nxt = rest[0] if rest else None
+        # medic's own check of a wrong output (agent/validation.py measured_facts) sits between the verdict and
+        # the fault it finds: the fault is the validator's next event that is not that check
+        nxt = next((e for e in rest if not (e.kind == "check" and e.node == "validate")), None)
         wrong = nxt is not None and nxt.kind == "fault" and nxt.node == "validate"
         if verdict.get("verified") and nxt is not None and nxt.kind == "canary_passed":
             s.update({"canary_done": True, "fault": None})  # the canary is right: the target model is next
@@ -272,7 +309,7 @@ class _Replay:
         self.expect(ev, "after_apply", graph.after_apply(s), rest)
         checks = [check_from_dict(c) for c in proposal["checks"]]
         before = [c.describe() for c in checks if c.when != "during_load"]
-        ran_events = [e for e in until(rest, *NODE_OF) if e.kind == "check" and e.node == "verify"]
+        ran_events = verify_run(until(rest, *NODE_OF))
         ran_results = [data_of(e.data, CheckResult) for e in ran_events]  # the verify node recorded these
         ran = [r.get("check") for r in ran_results]
         # verify stops at the first failed check, so fewer checks are right only after a failure
@@ -283,7 +320,8 @@ class _Replay:
         if not stopped:  # verify queues the during-load checks only when every check so far passed
             s["pending_checks"] = queue_checks(s.get("pending_checks", []), list(proposal["checks"]),
                                                str(d.get("patch_id")))
-        after: SessionState = {**s, "verifications": [*s.get("verifications", []), *ran_results]}
+        s["verifications"] = [*s.get("verifications", []), *ran_results]  # verify's own update
+        after: SessionState = s
         self.now = ran_events[-1].ts if ran_events else ev.ts
         chosen = graph.after_verify(after, self.deps)
         if chosen == "budget_stop":  # the node's own effect: the outcome the exit event must show
@@ -292,11 +330,28 @@ class _Replay:
                 s["outcome"], s["outcome_detail"] = spent["outcome"], spent["outcome_detail"]
         self.expect(ev, "after_verify", chosen, rest[len(until(rest, *NODE_OF)):])
 
+    def queue_watch(self) -> None:
+        """What watch queues at its start: the checks verify left (the state keeps them until the run ends), then
+        the host's own."""
+        s = self.state
+        self.watch_pending = [check_from_dict(c).describe() for c in s.get("pending_checks") or []]
+        self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]
+        self.watch_results = []
+
+    def checks_queued(self, ev: Event) -> None:
+        """watch starts (again, after a resume): its queue is the checkpoint's, whatever ran before the stop."""
+        self.queue_watch()
+        expected = [*self.watch_pending, *self.env_expected]
+        queued = list(data_of(ev.data, ChecksQueuedData).get("checks") or [])
+        self.compared += 1
+        if queued != expected:
+            self.differ(ev, f"watch would queue {expected}; the trace shows {queued}")
+
     def check(self, ev: Event) -> None:
-        s, d = self.state, data_of(ev.data, CheckResult)
-        s["verifications"] = [*s.get("verifications", []), d]
-        if ev.node != "watch":
+        d = data_of(ev.data, CheckResult)
+        if ev.node != "watch":  # verify's results join the state in applied(); validate's own check is a fact
             return
+        self.watch_results.append(d)
         if str(d.get("check", "")).split(" ", 1)[0] in ADVISORY:  # the host's own checks (traces since they exist)
             expected_env = self.env_expected.pop(0) if self.env_expected else None
             self.compared += 1
@@ -304,9 +359,7 @@ class _Replay:
                 self.differ(ev, f"watch would check {expected_env or 'nothing more'} on the host; the trace shows "
                                 f"{d.get('check')!r}")
             return
-        pending = list(s.get("pending_checks") or [])  # watch runs what verify left, in order
-        expected = check_from_dict(pending.pop(0)).describe() if pending else None
-        s["pending_checks"] = pending
+        expected = self.watch_pending.pop(0) if self.watch_pending else None  # what verify left, in order
         self.compared += 1
         if expected != d.get("check"):
             self.differ(ev, f"watch would run {expected or 'no check'} during the load; the trace shows "
@@ -341,4 +394,4 @@ def replay(path: Path | str) -> ReplayResult:
     rp = _Replay(trace)
     for i, ev in enumerate(trace.events):
         rp.step(i, ev)
-    return ReplayResult(rp.compared, rp.divergence, time.perf_counter() - start)
+    return ReplayResult(rp.compared, rp.divergence, time.perf_counter() - start, where_it_stops(trace))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from agent.record.tracefile import Event
+from agent.record.tracefile import Event, Trace
 from agent.state import FilePatchData, FrameData
 
 # which node an event shows ran; the first of these after a decision is what the session did
@@ -15,6 +15,17 @@ NODE_OF = {"launch": "launch", "scan": "scan", "fault": "diagnose", "candidate":
            "validate": "validate", "resubmit": "resubmit", "exit": "report"}
 # a node that may record nothing: the trace then shows what came after it
 SILENT = {"verify": ("scan", "launch", "confirm", "revert", "report"), "budget_stop": ("report",)}
+
+
+def medic_failed(ev: Event) -> bool:
+    """medic's own failure ended the run here (agent/session.py internal_error): not a decision of the graph, and
+    `medic resume` goes on from the node that failed, as after a kill."""
+    return ev.kind == "exit" and ev.node == "session"
+
+
+def stops(ev: Event) -> bool:
+    """medic stopped here and went on later: what came just before was not followed by what the graph chose."""
+    return ev.kind == "resume" or medic_failed(ev)
 
 
 def refused_revert(ev: Event) -> bool:
@@ -28,13 +39,15 @@ def node_of(ev: Event) -> str:
         return "scan"
     if refused_revert(ev):
         return "revert"
+    if medic_failed(ev):
+        return "resume"
     return NODE_OF.get(ev.kind, ev.kind)
 
 
 def until(events: list[Event], *kinds: str) -> list[Event]:
     out = []
     for e in events:
-        if e.kind in kinds:
+        if e.kind in kinds and not medic_failed(e):
             break
         out.append(e)
     return out
@@ -58,3 +71,55 @@ def frame_of(text: str) -> FrameData:
     return {"file": file or where, "line": int(line) if line.isdigit() else 0, "func": func, "code": ""}
 
 
+# a session waiting for a person ends its run without an exit event, at the question it asked
+QUESTIONS = {"approval": "a person's answer on a patch (`medic approve`) or a host change",
+             "confirm": "a person to confirm the next launch"}
+
+
+def where_it_stops(trace: Trace) -> str | None:
+    """None when the trace ends with the session's exit event; else one line on where and how it stops."""
+    ends = [e for e in trace.events if e.kind in ("exit", "resume")]
+    if ends and ends[-1].kind == "exit" and not trace.truncated:
+        return None
+    last = trace.events[-1] if trace.events else None
+    at = f"line {last.index} ({last.kind})" if last else "the header"
+    if trace.truncated:
+        return f"the trace stops at {at}: {trace.problem}"
+    question = next((QUESTIONS[e.kind] for e in reversed(trace.events) if e.kind in QUESTIONS), None)
+    if last is not None and question and last.kind in (*QUESTIONS, "checks_queued", "notify", "warning"):
+        return f"the trace stops at {at} with no exit event: the session waits for {question}"
+    return (f"the trace stops at {at} with no exit event: medic was stopped or killed there, or the session "
+            f"still runs; nothing after it could be compared")
+
+
+def redone(ev: Event, rest: list[Event]) -> bool:
+    """``ev`` is a node's record that a resume made it write again: medic was stopped after the node recorded it
+    but before LangGraph's checkpoint of the node, so the resumed graph ran the node again from its first line
+    (apply, whose ledger keeps the file from being patched twice, then records the same patch again)."""
+    if ev.kind not in NODE_OF or ev.kind == "exit":
+        return False
+    resumed = False
+    for e in rest:
+        if stops(e):
+            resumed = True
+        elif e.kind in NODE_OF or refused_revert(e):
+            return resumed and (e.kind, e.node, key_of(e)) == (ev.kind, ev.node, key_of(ev))
+    return False
+
+
+def key_of(ev: Event) -> str:
+    """What names the thing an event records: its patch, its launch, its fault."""
+    d = ev.data
+    return str(d.get("patch_id") or d.get("n") or d.get("fingerprint") or d.get("summary") or "")
+
+
+def verify_run(segment: list[Event]) -> list[Event]:
+    """The check events of the verify run the session kept. medic stopped inside verify, or before its checkpoint,
+    runs it again from its first check on resume: the last run that recorded any is the one whose result counts."""
+    runs: list[list[Event]] = [[]]
+    for e in segment:
+        if stops(e):
+            runs.append([])
+        elif e.kind == "check" and e.node == "verify":
+            runs[-1].append(e)
+    return next((run for run in reversed(runs) if run), [])
