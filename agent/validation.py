@@ -61,7 +61,8 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                             output=None if canary else target.output, model_dir=model.path if model else None,
                             env=env, server_command=target.server_command)
         if isinstance(own, str):
-            detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
+            # ``own`` is a sentence of its own (maybe several clauses): it follows, never sits inside this one
+            detail = f"the run exited 0 and no --validate command was given, so nothing verified its output: {own}"
             deps.record("validate", "validate", {"summary": detail, "verified": False})
             return {"outcome": "unverified", "outcome_detail": detail}
         command, stdin, described, output = own.argv, own.stdin, own.describe(), own.output
