@@ -21,6 +21,7 @@ from tools.host import Host, read_text
 from tools.model_folder import MODEL_OPTION, on_host, option_values
 
 SCRIPT = "hs_output_check.py"
+SERVER_DTYPE_OPTION = "--dtype"  # vLLM's: auto (the model's own), bfloat16, float16, float32…
 
 
 def named(command: Sequence[str], option: str | None) -> str | None:
@@ -100,5 +101,8 @@ def hs_builtin_check(host: Host, python: str, command: Sequence[str], workdir: s
         value = named(command, option)
         if value is not None:
             argv += [flag, value]
+    dtype = named(server_command or [], SERVER_DTYPE_OPTION)
+    if dtype:  # the precision the server computes in: each token is judged against the reference's own there
+        argv += ["--dtype", dtype]
     script = resources.files("tools").joinpath(SCRIPT).read_text(encoding="utf-8")
     return BuiltinCheck(argv, script, folder, model_dir)
