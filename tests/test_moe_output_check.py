@@ -22,6 +22,7 @@ from tools import hs_layouts
 
 REPO = Path(__file__).parents[1]
 LAYERS = "1,2,3"
+lab_test = pytest.mark.lab
 
 
 def own_check(python: Path, folder: Path, made: dict[str, Path], *extra: str) -> tuple[int, dict[str, Any]]:
@@ -49,6 +50,7 @@ def moe(request: pytest.FixtureRequest, lab: LabPaths, tmp_path_factory: pytest.
     return {"arch": request.param, "python": lab.python, "made": made, "base": base}
 
 
+@lab_test
 def test_output_right_to_bf16_precision_verifies_with_its_outliers_reported(moe: dict[str, Any]) -> None:
     code, report = own_check(moe["python"], moe["made"]["hs"], moe["made"])
     assert code == 0 and report["verified"] is True, report["problems"]
@@ -59,6 +61,18 @@ def test_output_right_to_bf16_precision_verifies_with_its_outliers_reported(moe:
         assert max(o["error"] / o["bound"] for o in report["outliers"]) > 1
 
 
+@lab_test
+def test_the_server_labs_own_checker_agrees(moe: dict[str, Any]) -> None:
+    if moe["arch"] != "gpt_oss":
+        pytest.skip("the near-ties are GPT-OSS's")
+    made = moe["made"]
+    done = subprocess.run([str(moe["python"]), str(REPO / "lab" / "target" / "check_server.py"), str(made["hs"]),
+                           "--model", str(made["model"]), "--dataset", str(made["dataset"]), "--layers", LAYERS],
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and "VERIFIED: 6 rows" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+@lab_test
 def test_spoiled_copies_still_fail(moe: dict[str, Any]) -> None:
     if moe["arch"] != "gpt_oss":
         pytest.skip("one architecture's spoiled copies: the rows and layers are judged alike")
@@ -83,4 +97,5 @@ def test_both_checks_judge_precision_with_the_same_code() -> None:
                 and n.name in ("token_errors", "judge_layer", "perturbed", "job_dtype")}
 
     served, in_process = functions(REPO / "tools" / "hs_output_check.py"), functions(REPO / "tools" / "output_check.py")
-    assert len(served) == 4 and served == in_process
+    lab_checker = functions(REPO / "lab" / "target" / "check_server.py")
+    assert len(served) == 4 and served == in_process == lab_checker

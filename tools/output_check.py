@@ -248,26 +248,26 @@ def values_against_reference(args: argparse.Namespace, config: Any,
             seen["where"] += [(index, t) for t in range(len(ref))]
     for layer, seen in sorted(by_layer.items()):
         e, b, where = torch.cat(seen["errors"]), torch.cat(seen["bounds"]), seen["where"]
-        j = judge_layer(e, torch.cat(seen["deviations"]) if seen["deviations"] else torch.zeros(0))
+        verdict = judge_layer(e, torch.cat(seen["deviations"]) if seen["deviations"] else torch.zeros(0))
         absolute = e * b
         out["max"][layer], out["median"][layer] = absolute.max().item(), absolute.median().item()
-        for i in j["over"].nonzero().flatten().tolist():
+        for i in verdict["over"].nonzero().flatten().tolist():
             out["outliers"].append({"sequence": where[i][0], "layer": layer, "token": where[i][1],
                                     "error": round(absolute[i].item(), 6), "bound": round(b[i].item(), 6),
-                                    "excused": not bool(j["failing"][i])})
+                                    "excused": not bool(verdict["failing"][i])})
         said = (f"median per-token error {out['median'][layer]:.5f}, max {out['max'][layer]:.4f}; "
-                f"{int(j['over'].sum())} of {len(e)} tokens over {args.tolerance} x the layer's scale"
-                + (f"; the {name} reference itself has {j['own_share']:.1%} of its tokens over and moves up to "
-                   f"{j['worst']:.1f} x that bound" if seen["deviations"] else ""))
-        failing = j["failing"].nonzero().flatten().tolist()
-        if failing or j["too_many"]:
+                f"{int(verdict['over'].sum())} of {len(e)} tokens over {args.tolerance} x the layer's scale"
+                + (f"; the {name} reference itself has {verdict['own_share']:.1%} of its tokens over and moves up to "
+                   f"{verdict['worst']:.1f} x that bound" if seen["deviations"] else ""))
+        failing = verdict["failing"].nonzero().flatten().tolist()
+        if failing or verdict["too_many"]:
             out["off"].add(layer)
-            first = failing[0] if failing else int(j["over"].nonzero().flatten()[0])
+            first = failing[0] if failing else int(verdict["over"].nonzero().flatten()[0])
             out["problems"].append(
                 f"sequence {where[first][0]} layer {layer}: max abs error {absolute[first].item():.4f} > "
                 f"{args.tolerance} x scale (bound {b[first].item():.4f}), "
                 + (f"{len(failing)} token(s) beyond {PRECISION_MARGIN} x the most the {name} reference moves"
-                   if failing else f"{j['share']:.1%} of tokens over, more than {PRECISION_MARGIN} x the {name} "
+                   if failing else f"{verdict['share']:.1%} of tokens over, more than {PRECISION_MARGIN} x the {name} "
                    "reference's own share") + f"; {said}")
         else:
             out["passed"].append(f"layer {layer}: {said}")
