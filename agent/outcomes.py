@@ -23,7 +23,8 @@ OUTCOMES: dict[str, Outcome] = {
     # a one-line error before anything is created (tools/errors.py UsageError, SessionError, TraceError)
     "bad_input": Outcome(BAD_INPUT_EXIT, "bad input: the one line said what, and nothing was created"),
     "budget": Outcome(3, "the launch or wall-clock budget is spent"),
-    "no_repair": Outcome(4, "a fault that no playbook, derived repair or model could fix"),
+    "no_repair": Outcome(4, "a fault that no playbook, derived repair or model could fix, or a limit of the "
+                                 "installed library (the report says which)"),
     "waiting": Outcome(5, "waiting for a person: `medic approve SESSION`"),
     "unverified": Outcome(6, "the job exited 0 but its output could not be verified"),
     # a person's no is a decision: to every repair of a fault, to a launch into a fault whose repair they

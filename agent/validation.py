@@ -69,7 +69,8 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                             output=None if canary else target.output, model_dir=model.path if model else None,
                             env=env, server_command=target.server_command)
         if isinstance(own, str):
-            detail = f"the run exited 0 but no --validate command was given and {own}, so nothing verified its output"
+            # ``own`` is a sentence of its own (maybe several clauses): it follows, never sits inside this one
+            detail = f"the run exited 0 and no --validate command was given, so nothing verified its output: {own}"
             deps.record("validate", "validate", {"summary": detail, "verified": False})
             return {"outcome": "unverified", "outcome_detail": detail}
         command, stdin, described, output = own.argv, own.stdin, own.describe(), own.output
@@ -95,6 +96,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                 f"{report.get('max_abs_error_per_layer', {})}" if "sequences" in report
                 else f"verified by {described} (exit 0)") if verified
                else f"NOT verified by {described} (exit {result.exit_code}): {'; '.join(said[:3])}")
+    summary += precision_said(report) if verified else ""
     deps.record("validate", "validate", {"summary": summary, "verified": verified, "report": report,
                                          "exit_code": result.exit_code, "builtin": not given,
                                          **resolved})
@@ -121,6 +123,20 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     if suspect:  # the model's patch goes (revert); the fault it answered is the one to repair again
         update["fault"] = answered_fault(state)
     return {"validation": report, **update}
+
+
+def precision_said(report: Any) -> str:
+    """What medic's own check measured beyond the maxima: each layer's median per-token error, and the tokens
+    over the tolerance that the job's own precision explains (a router near-tie under bf16)."""
+    medians = report.get("median_error_per_layer") if isinstance(report, dict) else None
+    if not isinstance(medians, dict):
+        return ""
+    excused = report.get("excused_tokens")
+    said = ", median per-token error {" + ", ".join(f"'{k}': {float(v):.2g}" for k, v in medians.items()) + "}"
+    if isinstance(excused, int) and excused:
+        said += (f"; {excused} token(s) over the tolerance, each within what HF's own "
+                 f"{report.get('job_dtype', 'lower-precision')} forward moves from fp32 there")
+    return said
 
 
 def measured_facts(deps: Deps, command: list[str], output: str | None, env: dict[str, str]) -> OutputFacts | None:

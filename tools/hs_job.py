@@ -21,6 +21,7 @@ from tools.host import Host, read_text
 from tools.model_folder import MODEL_OPTION, on_host, option_values
 
 SCRIPT = "hs_output_check.py"
+SERVER_DTYPE_OPTION = "--dtype"  # vLLM's: auto (the model's own), bfloat16, float16, float32…
 
 
 def named(command: Sequence[str], option: str | None) -> str | None:
@@ -39,30 +40,31 @@ def launcher_ids(host: Host, server_command: Sequence[str], model_dir: str | Non
         config = json.loads(read_text(host, f"{model_dir}/config.json"))
         n = int(config.get("text_config", config)["num_hidden_layers"])
     except (MedicError, OSError, ValueError, KeyError, TypeError) as exc:
-        return f"the model's num_hidden_layers ({hs_layouts.LAUNCHER} counts from it): {type(exc).__name__}"
+        return (f"medic cannot tell the layer ids: {hs_layouts.LAUNCHER} counts them from the model's "
+                f"num_hidden_layers, which it cannot read ({type(exc).__name__})")
     return hs_layouts.launcher_layer_ids(given, n, hs_layouts.LAUNCHER_NO_LAST not in own)
 
 
 def layer_ids(host: Host, server_command: Sequence[str] | None, model_dir: str | None) -> list[int] | str:
-    """The layer ids the server extracts, in its order, or why medic cannot tell."""
-    path = ".".join(hs_layouts.LAYER_IDS_PATH)
-    need = (f"the layer ids: the server's {hs_layouts.SPECULATIVE_OPTIONS[0]} (method "
-            f"{hs_layouts.SERVER_METHOD}) names them as {path}")
+    """The layer ids the server extracts, in its order, or why medic cannot tell (a sentence)."""
+    option = hs_layouts.SPECULATIVE_OPTIONS[0]
+    need = (f"medic cannot tell the layer ids (the server's {option} with method {hs_layouts.SERVER_METHOD} names "
+            f"them as {'.'.join(hs_layouts.LAYER_IDS_PATH)})")
     if not server_command:
-        return f"{need}, and medic does not start the server (--server names it)"
+        return f"{need}: medic does not start the server (--server names it)"
     if any(w.rsplit("/", 1)[-1] == hs_layouts.LAUNCHER for w in server_command):
         return launcher_ids(host, server_command, model_dir)
     text = next((v for option in hs_layouts.SPECULATIVE_OPTIONS for v in option_values(
         server_command, re.compile(f"^{re.escape(option)}$"))), None)
     if text is None:
-        return f"{need}; the server command has no such option"
+        return f"{need}: the server command has no {option}"
     try:
         value = json.loads(text)
         for key in hs_layouts.LAYER_IDS_PATH:
             value = value[key]
         return [int(x) for x in value]
     except (ValueError, KeyError, TypeError) as exc:
-        return f"{need}; its value does not ({type(exc).__name__}: {str(exc)[:80]})"
+        return f"{need}: its value has none ({type(exc).__name__}: {str(exc)[:80]})"
 
 
 def hs_builtin_check(host: Host, python: str, command: Sequence[str], workdir: str, *,
@@ -82,12 +84,13 @@ def hs_builtin_check(host: Host, python: str, command: Sequence[str], workdir: s
                           if host.exists(f"{p.rstrip('/')}/config.json")), None)
     layers = layer_ids(host, server_command, model_dir)
     missing = [what for what, bad in (
-        ("the model folder with a config.json (the server's model, or the client's --model)", model_dir is None),
-        (f"the dataset ({client.dataset_option} {dataset})", not host.exists(dataset)),
+        ("medic found no model folder with a config.json (named by the server's model, the client's --model or "
+         "--canary-model DIR)", model_dir is None),
+        (f"the dataset {dataset} (the client's {client.dataset_option}) is not there", not host.exists(dataset)),
         (layers if isinstance(layers, str) else "", isinstance(layers, str))) if bad]
-    if missing:
-        return (f"medic cannot check the output of speculators {hs_layouts.releases_of(client)}'s client: it needs "
-                f"{' and '.join(missing)} (or a --validate command) in `{shlex.join(command)[:200]}`")
+    if missing:  # each a sentence of its own: joined, they still read as one
+        return (f"medic cannot check the output of speculators {hs_layouts.releases_of(client)}'s client "
+                f"`{shlex.join(command)[:200]}`: {'; '.join(missing)}. A --validate command would check it instead")
     assert model_dir is not None and not isinstance(layers, str)
     layouts = json.dumps([{**asdict(layout), "keys": list(layout.keys()), "describe": layout.describe()}
                           for layout in hs_layouts.LAYOUTS])
@@ -98,5 +101,8 @@ def hs_builtin_check(host: Host, python: str, command: Sequence[str], workdir: s
         value = named(command, option)
         if value is not None:
             argv += [flag, value]
+    dtype = named(server_command or [], SERVER_DTYPE_OPTION)
+    if dtype:  # the precision the server computes in: each token is judged against the reference's own there
+        argv += ["--dtype", dtype]
     script = resources.files("tools").joinpath(SCRIPT).read_text(encoding="utf-8")
     return BuiltinCheck(argv, script, folder, model_dir)

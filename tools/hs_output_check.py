@@ -9,8 +9,15 @@ OUTPUT is the folder the speculators client (≥ 0.5) fills with one ``hs_<row>.
 Checked: every row's file is there, its token ids are the dataset's ``input_ids``, its states are
 ``[tokens, len(layers), hidden]`` and finite; a sample spread over the rows against HF transformers in fp32,
 where layer id L is HF's ``hidden_states[L]`` (the input of decoder layer L) and id ``num_hidden_layers`` the last
-layer's output before the final norm. An element may differ by ``tolerance`` x its layer's scale, plus the stored
-dtype's own rounding (``finfo(dtype).eps`` x the value: an fp8 record keeps 3 mantissa bits).
+layer's output before the final norm. Each token is judged apart: its largest element error may be ``tolerance`` x
+its layer's scale, plus the stored dtype's own rounding (``finfo(dtype).eps`` x the value: an fp8 record keeps 3
+mantissa bits). Where the job computes in a lower precision (``--dtype``, default the model's own), HF computes in
+that dtype too (plainly, and with its embeddings nudged by half a unit in the last place): a near-tie in a
+mixture-of-experts router sends a few tokens to another expert under bf16, in HF as in vLLM, though not the same
+tokens. A token over the bound is then right to the model's precision when it is within ``PRECISION_MARGIN`` x the
+most those references move at that layer, as long as no more of the layer's tokens are over than
+``PRECISION_MARGIN`` x their share (judge_layer). The report gives each layer's median per-token error and the
+outlier tokens, excused or not.
 
 Exit 0 verified, 1 wrong (``problems`` say what), 2 unreadable (``readable`` false: a record of no known layout,
 no dataset...; the problem says what medic would need). The last line is the JSON report with ``--json``.
@@ -28,6 +35,13 @@ from typing import Any
 
 class Unreadable(Exception):
     pass
+
+
+# how far past the job-dtype reference's own deviation from fp32 a token may land: two implementations in one
+# dtype round differently, so where HF's bf16 forward moves by d, another bf16 forward moves by about as much
+PRECISION_MARGIN = 2.0
+MAX_OUTLIERS = 20  # outlier tokens listed in the report
+PERTURBED = 2  # job-dtype references with nudged embeddings, beside the plain one
 
 
 def sample_indices(count: int, sample: int) -> set[int]:
@@ -52,6 +66,56 @@ def pick_layout(keys: set[str], layouts: list[dict[str, Any]], name: str) -> dic
     raise Unreadable(f"{name} holds tensors {sorted(keys)}: no layout medic knows (it reads {known}). To check "
                      "this output medic needs its layout in tools/hs_layouts.py (tensor names and axes, read from the "
                      "client or connector that wrote it), or a --validate command")
+
+
+def job_dtype(config: Any, given: str) -> Any:
+    """The dtype the job computes in: ``--dtype`` as vLLM's option says it, or the model's own (``auto``)."""
+    import torch
+
+    name = given if given and given != "auto" else str(getattr(config, "dtype", None)
+                                                        or getattr(config, "torch_dtype", None) or "float32")
+    name = {"half": "float16", "bfloat": "bfloat16", "float": "float32"}.get(name, name).removeprefix("torch.")
+    dtype = getattr(torch, name, None)
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else torch.float32
+
+
+def token_errors(got: Any, ref: Any, rounding: float) -> Any:
+    """Each token's largest element error beyond the stored dtype's own rounding."""
+    return ((got - ref).abs() - rounding * ref.abs()).amax(dim=-1)
+
+
+def judge_layer(errors: Any, deviations: Any) -> dict[str, Any]:
+    """One layer's tokens, pooled over the rows checked, each error and deviation in units of its row's bound
+    (``tolerance`` x the layer's scale). A token over the bound is excused when it lands within
+    ``PRECISION_MARGIN`` x the most the job-dtype reference moves at any token of the layer (the same kind of
+    token: a router near-tie flips in one implementation and not another), and the layer still fails when more
+    of its tokens are over than ``PRECISION_MARGIN`` x the reference's own share, plus one."""
+    over = errors > 1
+    worst = deviations.max().item() if deviations.numel() else 0.0
+    failing = over & (errors > PRECISION_MARGIN * max(worst, 1.0))
+    share = over.float().mean().item()
+    own_share = (deviations > 1).float().mean().item() if deviations.numel() else 0.0
+    return {"over": over, "failing": failing, "share": share, "own_share": own_share, "worst": worst,
+            "too_many": share > PRECISION_MARGIN * own_share + 1 / max(errors.numel(), 1)}
+
+
+def perturbed(model: Any, ids: Any, dtype: Any, seed: int) -> list[Any]:
+    """The job-dtype reference once more, its embeddings moved by half a unit in the last place at random:
+    the rounding another implementation of the same dtype may do differently."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    step = torch.finfo(dtype).eps / 2
+
+    def nudge(_module: Any, _inputs: Any, out: Any) -> Any:
+        signs = torch.randint(-1, 2, out.shape, generator=generator).to(out.dtype)
+        return out * (1 + signs * step)
+
+    hook = model.get_input_embeddings().register_forward_hook(nudge)
+    try:
+        return reference_states(model, ids)
+    finally:
+        hook.remove()
 
 
 def reference_states(model: Any, ids: Any) -> list[Any]:
@@ -102,8 +166,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         raise Unreadable(f"layer ids {beyond} are outside the model's 0..{n_layers}")
     problems: list[str] = []
     passed: list[str] = []
-    per_layer: dict[int, float] = {}
-    model = None
+    pending: list[tuple[int, Any, Any, Any]] = []  # rows whose values are checked: (row, ids, states, stored dtype)
     values = {wanted[i] for i in sample_indices(len(wanted), args.sample)}
     used: set[str] = set()
     for row in wanted:
@@ -143,29 +206,79 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
         if not bool(torch.isfinite(got).all()):
             problems.append(f"row {row}: {layout['states']} hold non-finite values")
             continue
-        if row not in values:
-            continue
-        if model is None:
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-        reference = reference_states(model, ids)
-        rounding = torch.finfo(stored).eps if stored.is_floating_point else 0.0
-        for slot, layer in enumerate(layer_ids):
-            ref = reference[layer].float()
-            scale = max(ref.abs().max().item(), 1e-6)
-            diff = (got[:, slot, :] - ref).abs()
-            error, beyond = diff.max().item(), (diff - rounding * ref.abs()).max().item()
-            per_layer[layer] = max(per_layer.get(layer, 0.0), error)
-            if not beyond <= args.tolerance * scale:
-                dtype = str(stored).removeprefix("torch.")
-                problems.append(f"row {row} layer {layer}: max abs error {error:.4f} ({beyond:.4f} beyond the stored "
-                                f"{dtype}'s rounding) > {args.tolerance} x scale {scale:.3f}")
-            else:
-                passed.append(f"row {row} layer {layer}: max abs error {error:.5f}")
+        if row in values:
+            pending.append((row, ids, got, stored))
+    judged = values_against_reference(args, config, layer_ids, pending)
+    problems += judged["problems"]
+    passed += judged["passed"]
+    per_layer = judged["max"]
     return {"verified": not problems, "readable": True, "sequences": len(wanted), "values_checked": len(values),
             "layouts": sorted(used), "layer_ids": layer_ids, "tolerance": args.tolerance,
-            "max_abs_error_per_layer": per_layer, "problems": problems[:50], "passed": passed[:20]}
+            "max_abs_error_per_layer": per_layer, "median_error_per_layer": judged["median"],
+            "job_dtype": judged["dtype"], "outliers": judged["outliers"],
+            "excused_tokens": judged["excused_tokens"], "problems": problems[:50],
+            "passed": passed[:20]}
+
+
+def values_against_reference(args: argparse.Namespace, config: Any, layer_ids: list[int],
+                             pending: list[tuple[int, Any, Any, Any]]) -> dict[str, Any]:
+    """The pending rows' states, token by token, against HF in fp32, judged against HF in the job's dtype."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = job_dtype(config, args.dtype)
+    name = str(dtype).removeprefix("torch.")
+    out: dict[str, Any] = {"problems": [], "passed": [], "max": {}, "median": {}, "outliers": [], "dtype": name,
+                           "excused_tokens": 0}
+    if not pending:
+        return out
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    exact = [reference_states(model, ids) for _, ids, _, _ in pending]
+    near: list[list[list[Any]]] = [[] for _ in pending]
+    over = any(bool((token_errors(got[:, slot, :], ref_row[layer].float(), 0.0)
+                     > args.tolerance * ref_row[layer].abs().max()).any())
+               for (_, _, got, _), ref_row in zip(pending, exact, strict=True) for slot, layer in enumerate(layer_ids))
+    if over and dtype != torch.float32:  # the same weights in the job's dtype: how far the reference itself moves
+        model = model.to(dtype)
+        near = [[reference_states(model, ids), *(perturbed(model, ids, dtype, seed) for seed in range(PERTURBED))]
+                for _, ids, _, _ in pending]
+    for slot, layer in enumerate(layer_ids):
+        errors, deviations, bounds, where = [], [], [], []
+        for (row, _, got, stored), ref_row, near_row in zip(pending, exact, near, strict=True):
+            ref = ref_row[layer].float()
+            bound = args.tolerance * max(ref.abs().max().item(), 1e-6)
+            rounding = torch.finfo(stored).eps if stored.is_floating_point else 0.0
+            errors.append(token_errors(got[:, slot, :], ref, rounding) / bound)
+            deviations += [(n[layer].float() - ref).abs().amax(dim=-1) / bound for n in near_row]
+            bounds.append(torch.full((len(ref),), bound))
+            where += [(row, t) for t in range(len(ref))]
+        e, b = torch.cat(errors), torch.cat(bounds)
+        j = judge_layer(e, torch.cat(deviations) if deviations else torch.zeros(0))
+        absolute = e * b
+        out["max"][layer] = absolute.max().item()
+        out["median"][layer] = absolute.median().item()
+        for i in j["over"].nonzero().flatten().tolist():
+            out["outliers"].append({"row": where[i][0], "layer": layer, "token": where[i][1],
+                                    "error": round(absolute[i].item(), 6), "bound": round(b[i].item(), 6),
+                                    "excused": not bool(j["failing"][i])})
+        said = (f"median per-token error {out['median'][layer]:.5f}, max {out['max'][layer]:.4f}; "
+                f"{int(j['over'].sum())} of {len(e)} tokens over {args.tolerance} x the layer's scale"
+                + (f"; the {name} reference itself has {j['own_share']:.1%} of its tokens over and moves up to "
+                   f"{j['worst']:.1f} x that bound" if deviations else ""))
+        failing = j["failing"].nonzero().flatten().tolist()
+        out["excused_tokens"] += int(j["over"].sum()) - len(failing)
+        if failing or j["too_many"]:
+            first = failing[0] if failing else int(j["over"].nonzero().flatten()[0])
+            out["problems"].append(
+                f"row {where[first][0]} layer {layer}: max abs error {absolute[first].item():.4f} > "
+                f"{args.tolerance} x scale (bound {b[first].item():.4f}) at token {where[first][1]}, "
+                + (f"{len(failing)} token(s) beyond {PRECISION_MARGIN} x the most the {name} reference moves"
+                   if failing else f"{j['share']:.1%} of tokens over, more than {PRECISION_MARGIN} x the {name} "
+                   "reference's own share") + f"; {said}")
+        else:
+            out["passed"].append(f"layer {layer}: {said}")
+    out["outliers"] = sorted(out["outliers"], key=lambda o: (o["excused"], -o["error"]))[:MAX_OUTLIERS]
+    return out
 
 
 def main() -> int:
@@ -181,6 +294,8 @@ def main() -> int:
     parser.add_argument("--rank", type=int, default=0, help="the client's --rank")
     parser.add_argument("--tolerance", type=float, default=0.05, help="max abs error / layer scale")
     parser.add_argument("--sample", type=int, default=8, help="check values of N rows (0 = all)")
+    parser.add_argument("--dtype", default="auto", help="the dtype the job computes in (the server's --dtype; "
+                        "auto: the model's own)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     try:

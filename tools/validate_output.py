@@ -75,11 +75,8 @@ def builtin_check(host: Host, python: str, command: Sequence[str], workdir: str,
     if served is not None:
         return served
     found_output, found_model = locate(host, command, workdir, output=output, model_dir=model_dir, env=env)
-    missing = [what for what, value in (("the output file it writes (name it with --output PATH)", found_output),
-                                        ("the model folder with a config.json (name it with --canary-model DIR)",
-                                         found_model)) if not value]
-    if missing:
-        return f"medic could not find {' or '.join(missing)} in `{shlex.join(command)[:200]}`"
+    if not (found_output and found_model):
+        return not_found_line(command, output=bool(found_output), model=bool(found_model))
     assert found_output is not None and found_model is not None
     script = resources.files("tools").joinpath(SCRIPT).read_text(encoding="utf-8")
     layers = named_layer_ids(command, driver_source(host, command, workdir))
@@ -110,6 +107,19 @@ def driver_source(host: Host, command: Sequence[str], workdir: str) -> str | Non
         return read_text(host, on_host(script, workdir))
     except (MedicError, OSError, UnicodeDecodeError):
         return None
+
+
+# what `medic run` takes to name each, when the command does not say it so medic can find it
+OUTPUT_HINT = "the output file (--output PATH names it)"
+MODEL_HINT = "a model folder with a config.json (--canary-model DIR names it)"
+
+
+def not_found_line(command: Sequence[str], *, output: bool, model: bool) -> str:
+    """Why medic cannot check a job's output itself: what it did not find, and the option that names it."""
+    where = f"in `{shlex.join(command)[:200]}`"
+    if not (output or model):
+        return f"medic found neither {OUTPUT_HINT} nor {MODEL_HINT} {where}"
+    return f"medic found no {MODEL_HINT.removeprefix('a ') if output else OUTPUT_HINT.removeprefix('the ')} {where}"
 
 
 def evidence_lines(report: Mapping[str, Any], stdout: str, stderr: str) -> list[str]:

@@ -199,7 +199,7 @@ WHY = {
     "TIMEOUT": "Slurm killed it at its time limit: give it more (--sbatch-arg=--time=...) or make it faster",
     "OUT_OF_MEMORY": "Slurm killed it for using more memory than it asked for: ask for more (--sbatch-arg=--mem=...)",
     "CANCELLED": "someone other than medic cancelled it (scancel, or an administrator)",
-    "DEADLINE": "it passed the deadline it was submitted with (--deadline)",
+    "DEADLINE": "it passed the deadline it was submitted with (sbatch's --deadline, given through --sbatch-arg)",
     "PENDING": "it can never start as submitted",
 }
 

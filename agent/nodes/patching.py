@@ -32,9 +32,12 @@ from agent.codec import (
 from agent.decisions import kept, set_aside, taken_off
 from agent.deps import Deps
 from agent.faults import NOT_FOUND
-from agent.repair.types import Candidate, RepairContext
+from agent.job import job_model_folder
+from agent.repair.limits import InterfaceLimit, interface_limit
+from agent.repair.types import Candidate, Fault, RepairContext
 from agent.state import CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
 from tools.errors import PatchError
+from tools.model_folder import architectures
 from tools.patches import EnvEdit, Patch, apply_patch
 from tools.reverts import revert_stack
 
@@ -83,6 +86,9 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
         if fault.fatal:
             why = (f"{fault.proc or 'a process of the job'} died of it, not of a Python exception: "
                    "no code patch is proposed for it")
+        limit = None if tried or fault.fatal else library_limit(state, deps, fault)
+        if limit is not None:  # what the stop proved: the installed library cannot, whatever the job does
+            why = limit.sentence()
         if predicted(state.get("fault")):  # a prediction, not a failure: the runs will tell
             asked = launch_question(state)
             if asked is not None:  # but a person said no to its repair: launching into it is theirs to say
@@ -106,6 +112,13 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
                                                 for e in proposal["patch"].get("env") or []],
                                         "host_steps": proposal["patch"].get("host_steps") or []})
     return {**progress, "proposal": proposal}
+
+
+def library_limit(state: SessionState, deps: Deps, fault: Fault) -> InterfaceLimit | None:
+    ctx = deps.context(state)
+    folder = job_model_folder(deps.config.target, deps.host)
+    ctx.architectures = architectures(deps.host, folder.path) if folder else ()
+    return interface_limit(ctx, fault)
 
 
 def apply(state: SessionState, deps: Deps) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 A client-side fix reruns only the client against the loaded server, and the scan repairs what it sees before
 the server loads at all. The naive strategy has neither: every fault, wherever medic found it, costs one whole
-load of the server, and the run that verifies one more (bench/server.py counts the same way).
+load of the server, and the run that verifies one more (bench/server.py counts the same way). The reloads saved
+are a figure only where they mean one: a verified output, or a fix that reran the client against a loaded server.
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ def server_lines(trace: Trace) -> list[str]:
                       for d in ready)
     target = (trace.header.get("config") or {}).get("target") or {}
     command = " ".join(target.get("server_command") or [])
+    outcome = next((str(e.data.get("outcome")) for e in trace.events if e.kind == "exit"), "unfinished")
+    if outcome == "verified" or counts["client_runs"] > counts["server_loads"]:
+        savings = (f"the naive strategy (restart everything after every fault) would load the server {naive} "
+                   f"time(s): {saved} reload(s) saved")
+    else:  # nothing reached a verified output, and no fix ran against a loaded server: no saving to speak of
+        savings = "no reloads saved to count: the session ended unverified and no fix ran against a loaded server"
     return [f"server: `{command}`" if command else "server: (none named)",
             f"server loads: {counts['server_loads']} ({loads or 'none ready'}), client runs: {counts['client_runs']}; "
-            f"the naive strategy (restart everything after every fault) would load the server {naive} time(s): "
-            f"{saved} reload(s) saved"]
+            + savings]

@@ -1,0 +1,130 @@
+"""A stop that is a limit of the installed library, not a patch medic failed to find.
+
+vLLM refuses a model whose class lacks an interface a feature needs, with a raise under ``if not
+supports_x(model)`` (vLLM's interfaces module: ``return isinstance(model, SupportsX)``). When the library's own
+frame raised there, and the model's class, as the installed vLLM defines it, implements no ``SupportsX`` through
+any of its bases, no patch of the job can help: the report says so, from the installed code, never from the
+message's wording.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from agent.repair.context import library_definitions, read_source
+from agent.repair.types import Fault, RepairContext
+from tools import source as src_tools
+
+MAX_BASE_DEPTH = 4  # a model class reaches its interfaces within a few mixins
+# what a feature interface gives, in the words users search for (the interface's name without "Supports")
+FEATURES = {"Eagle3": "EAGLE-3 auxiliary hidden states"}
+
+
+@dataclass(frozen=True)
+class InterfaceLimit:
+    library: str
+    version: str
+    model_class: str
+    interface: str
+    predicate: str
+    class_path: str
+    bases: tuple[str, ...]
+
+    @property
+    def feature(self) -> str:
+        name = self.interface.removeprefix("Supports")
+        return FEATURES.get(name, f"the {self.interface} interface")
+
+    def sentence(self) -> str:
+        bases = ", ".join(self.bases) or "no base"
+        return (f"a limit of {self.library} {self.version}: {self.model_class} has no {self.feature} — use a "
+                f"supported architecture or a {self.library} that adds it ({self.model_class} in {self.class_path} "
+                f"derives from {bases}, none of them {self.interface}, which {self.predicate}() checks before "
+                "the raise)")
+
+
+def guarding_predicate(tree: ast.AST, line: int) -> str | None:
+    """The ``f`` of the ``if not f(...)`` whose body holds the raise at ``line``."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
+                and isinstance(node.test.operand, ast.Call)):
+            continue
+        body_lines = range(node.body[0].lineno, (node.body[-1].end_lineno or node.body[-1].lineno) + 1)
+        raises = any(isinstance(n, ast.Raise) and n.lineno <= line <= (n.end_lineno or n.lineno)
+                     for stmt in node.body for n in ast.walk(stmt))
+        if line in body_lines and raises:
+            func = node.test.operand.func
+            return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    return None
+
+
+def checked_interface(definitions: list[src_tools.SymbolLocation]) -> str | None:
+    """``SupportsX`` when a definition of the predicate is ``return isinstance(model, SupportsX)``."""
+    for found in definitions:
+        for node in ast.walk(parsed(found.source)):
+            if (isinstance(node, ast.Return) and isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name) and node.value.func.id == "isinstance"
+                    and len(node.value.args) == 2 and isinstance(node.value.args[1], ast.Name)):
+                return node.value.args[1].id
+    return None
+
+
+def parsed(source: str) -> ast.AST:
+    try:
+        return ast.parse(source)
+    except SyntaxError:  # a truncated definition (the probe shows at most 400 lines)
+        return ast.Module(body=[], type_ignores=[])
+
+
+def class_bases(found: src_tools.SymbolLocation) -> list[str]:
+    """The base names of a class definition, read from its header alone (the body may be cut at 400 lines)."""
+    start = re.search(r"^[ \t]*class[ \t]+\w+[ \t]*", found.source, re.M)
+    if start is None:
+        return []
+    header, depth = found.source[start.end():], 0
+    for at, char in enumerate(header):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0:
+            header = header[:at + 1] if char == ")" else ""
+            break
+    node = next((n for n in ast.walk(parsed(f"class _{header}: pass")) if isinstance(n, ast.ClassDef)), None)
+    names = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in
+             node.bases] if node else []
+    return [n for n in names if n]
+
+
+def implements(ctx: RepairContext, bases: list[str], interface: str, depth: int = 0) -> bool:
+    if interface in bases:
+        return True
+    if depth >= MAX_BASE_DEPTH:
+        return True  # too deep to tell: not proved, so no limit is claimed
+    for base in bases:
+        found = [d for d in library_definitions(ctx, base) if d.kind == "class"]
+        if any(implements(ctx, class_bases(d), interface, depth + 1) for d in found[:2]):
+            return True
+    return False
+
+
+def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
+    """The library limit the fault proves, or None when it proves none (or medic cannot read the code)."""
+    frame = next((f for f in reversed(fault.frames)
+                  if any(f"/{pkg}/" in f.file for pkg in ctx.library_packages)), None)
+    source = read_source(ctx, frame.file) if frame else None
+    if frame is None or source is None:
+        return None
+    predicate = guarding_predicate(source.tree, frame.line)
+    interface = checked_interface(library_definitions(ctx, predicate)) if predicate else None
+    if predicate is None or interface is None:
+        return None
+    library = next(pkg for pkg in ctx.library_packages if f"/{pkg}/" in frame.file)
+    version = next((v for name, v in ctx.versions.items() if v and name.split("-")[0] == library), "(version unknown)")
+    for arch in ctx.architectures:
+        classes = [d for d in library_definitions(ctx, arch) if d.kind == "class" and "/models/" in d.path]
+        for found in classes[:1]:
+            bases = class_bases(found)
+            if not implements(ctx, bases, interface):
+                return InterfaceLimit(library, version, arch, interface, predicate,
+                                      library + "/" + found.path.split(f"/{library}/", 1)[-1], tuple(bases))
+    return None

