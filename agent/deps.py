@@ -13,6 +13,7 @@ from agent.launchers import launcher_for
 from agent.launchers.base import Launcher, LauncherDeps
 from agent.record.trace import TraceWriter
 from agent.record.view import View
+from agent.remedies import arg_edits, with_options
 from agent.repair.engine import RepairEngine
 from agent.repair.types import RepairContext
 from agent.state import PreflightInfo, SessionState
@@ -54,6 +55,7 @@ class Deps:
         """The repair context, rebuilt from what preflight recorded (so a resumed session has it too)."""
         pre: PreflightInfo = state.get("preflight") or {}
         target = self.config.target
+        kept = state.get("patches") or []
         return RepairContext(
             host=self.host,
             python=target.python,
@@ -63,7 +65,8 @@ class Deps:
             workdir=target.workdir,
             versions=dict(pre.get("versions", {})),
             site_packages=tuple(pre.get("site_packages", ())),
-            server_command=tuple(target.server_command or ()),
+            server_command=tuple(with_options(target.server_command or (), arg_edits(kept, "server"))),
+            job_command=tuple(with_options(target.command or (), arg_edits(kept))),
             device=target.device,
             medic_dir=self.config.medic_dir,
             memo=self.library_memo,

@@ -34,7 +34,7 @@ from agent.launchers.base import (
     write_ledger,
 )
 from agent.launchers.detached import DetachedHandle
-from agent.remedies import with_unset
+from agent.remedies import arg_edits, with_options, with_unset
 from agent.repair.types import Fault
 from agent.state import ClientOf, DetachedLaunch, LaunchRecord, ServerRecord, SessionState
 from tools import runs, server_job
@@ -161,7 +161,8 @@ def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
         deps.record("server", "launch", {"event": "reattached", "n": n, "run_dir": run.dir, "port": port})
     else:
         port = target.server_port or server_job.free_port(deps.host, target.python)
-        command, resolved = in_target_env(deps.host, server_job.with_port(target.server_command or [], port), target)
+        own = with_options(target.server_command or [], arg_edits(state.get("patches") or [], "server"))
+        command, resolved = in_target_env(deps.host, server_job.with_port(own, port), target)
         env, unset = job_environment(deps, state, WIDE_CONSOLE)
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/servers"], timeout=30)
         run = runs.launch(deps.host, with_unset(command, unset), run_dir=base, cwd=target.workdir, env=env,
