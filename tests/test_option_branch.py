@@ -10,6 +10,7 @@ job's environment (a ``sitecustomize`` on its PYTHONPATH), so each branch is tes
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from agent.policy import Policy, decide
 from agent.record.report import render_report
 from agent.record.trace import TraceWriter
 from agent.remedies import arg_edits, run_your_job_with, with_options
-from agent.repair.derived_option_branch import option_branch_remedy
+from agent.repair.derived_option_branch import option_branch_remedy, takes_option
 from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
 from agent.repair.option_choice import choice_at
@@ -86,6 +87,15 @@ def test_the_option_remedy_takes_another_branch_on_each_host_kind(lab: LabPaths,
         assert "'vec' for" in found[0].rationale and "block_size=64" in found[0].rationale and len(edits) == 1
 
 
+def test_an_option_goes_only_on_a_command_that_takes_it() -> None:
+    libraries = ("vllm",)
+    assert takes_option(["/env/bin/vllm", "serve", "m"], "--block-size", libraries)
+    assert takes_option(["python", "-m", "vllm.entrypoints.openai.api_server"], "--block-size", libraries)
+    assert takes_option(["python", "extract.py", "--block-size", "128"], "--block-size", libraries)
+    # a driver's own argparse would refuse it: its engine call's keyword is where the setting lives
+    assert not takes_option(["python", "extract.py", "--model", "m"], "--block-size", libraries)
+
+
 def test_an_option_is_set_on_the_command_replaced_or_added() -> None:
     block = ArgEdit(option="--block-size", value="16")
     assert with_options(["vllm", "serve", "m"], [block]) == ["vllm", "serve", "m", "--block-size", "16"]
@@ -100,7 +110,7 @@ def test_an_option_remedy_asks_a_person_and_shows_in_the_report(tmp_path: Path) 
     edit = ArgEdit(option="--block-size", value="16", command="server")
     patch = arg_patch((edit,), rationale="another kernel", origin="derived:option:other_branch")
     assert "# server option: --block-size 16" in patch.diff and Patch.model_validate_json(patch.model_dump_json())
-    kept = candidate_to_dict(Candidate(patch, patch.origin, patch.rationale))
+    kept: Any = candidate_to_dict(Candidate(patch, patch.origin, patch.rationale))
     assert decide(Policy(rules=[]), kept)[0] == "ask"  # it changes what the job runs: never waved through
     assert arg_edits([kept]) == [] and arg_edits([kept], "server") == [edit]
     commands = {"job": ["python", "client.py"], "server": ["vllm", "serve", "m"]}
@@ -121,14 +131,18 @@ def test_a_kept_option_is_on_the_next_launch_and_gone_once_dropped(tmp_path: Pat
                            traces_dir=str(tmp_path), canary=False)
     plans: list[LaunchPlan] = []
 
+    def planned(plan: LaunchPlan) -> ScriptedRun:
+        plans.append(plan)
+        return ScriptedRun(b"", 0)
+
     def scripted(deps: LauncherDeps) -> ScriptedLauncher:
-        return ScriptedLauncher(deps, lambda plan: plans.append(plan) or ScriptedRun(b"", 0))
+        return ScriptedLauncher(deps, planned)
 
     trace = TraceWriter(tmp_path / "opt.jsonl", {"session": "opt"}, Redactor())
     deps = Deps(host=host, config=config, engine=RepairEngine(playbooks=[]), trace=trace,
                 launcher_factory=scripted, poll_interval=0.0)
     patch = arg_patch((ArgEdit(option="--block-size", value="16"),), rationale="r", origin="derived:option:x")
-    kept = candidate_to_dict(Candidate(patch, patch.origin, patch.rationale))
+    kept: Any = candidate_to_dict(Candidate(patch, patch.origin, patch.rationale))
     launch({"launches": [], "faults": [], "patches": [kept], "preflight": {}}, deps)
     assert plans[-1].command[-2:] == ["--block-size", "16"] and "128" not in plans[-1].command
     assert deps.context({"patches": [kept]}).job_command[-2:] == ("--block-size", "16")  # what a repair reads

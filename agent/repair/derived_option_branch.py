@@ -14,7 +14,9 @@ on the job's command (on the server's, for a two-process job), through approve: 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from agent.repair.context import module_of, read_source
@@ -39,8 +41,21 @@ def option_branch_remedy(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             continue
         answer = ask(ctx, module, choice, fault) or {}
         # the choice is this one: its other answers, or none when no option the job sets changes it
-        return [remedy(ctx, frame, choice, answer, way) for way in answer.get("ways") or ()]
+        command = ctx.server_command or ctx.job_command
+        return [remedy(ctx, frame, choice, answer, way) for way in answer.get("ways") or ()
+                if takes_option(command, way["option"], ctx.library_packages)]
     return []
+
+
+def takes_option(command: Sequence[str], option: str, libraries: Sequence[str]) -> bool:
+    """Whether the option can go on the command: it gives the option already, or it is a library's own CLI (its
+    console script, or ``python -m`` its module). A driver's own argparse would refuse an option it does not
+    declare: there the setting is a keyword of the driver's engine call, not an option of its command."""
+    if any(arg == option or arg.startswith(option + "=") for arg in command):
+        return True
+    program = [posixpath.basename(arg) for arg in command[:1]]
+    module = command[command.index("-m") + 1] if "-m" in command[:-1] else ""
+    return bool(set(program) & set(libraries)) or module.split(".")[0] in libraries
 
 
 def remedy(ctx: RepairContext, frame: FrameRef, choice: Choice, answer: dict[str, Any], way: dict[str, str]
