@@ -19,6 +19,7 @@ from agent.config import SessionConfig, Target
 from agent.deps import Deps
 from agent.launchers.base import LauncherDeps, LaunchPlan
 from agent.launchers.scripted import ScriptedLauncher, ScriptedRun
+from agent.launchers.server import server_command
 from agent.nodes.diagnose import fault_from_log
 from agent.nodes.launch import launch
 from agent.policy import Policy, decide
@@ -148,3 +149,13 @@ def test_a_kept_option_is_on_the_next_launch_and_gone_once_dropped(tmp_path: Pat
     assert deps.context({"patches": [kept]}).job_command[-2:] == ("--block-size", "16")  # what a repair reads
     launch({"launches": [], "faults": [], "patches": [], "preflight": {}}, deps)
     assert plans[-1].command[-2:] == ["--block-size", "128"]
+
+
+def test_a_kept_server_option_is_on_the_servers_next_command_not_the_clients() -> None:
+    target = Target(python="/env/bin/python", workdir="/job", command=["python", "client.py", "--port", "{port}"],
+                    server_command=["vllm", "serve", "m", "--port", "{port}"])
+    patch = arg_patch((ArgEdit(option="--block-size", value="16", command="server"),), rationale="r", origin="o")
+    kept: Any = candidate_to_dict(Candidate(patch, patch.origin, patch.rationale))
+    assert server_command({"patches": [kept]}, target)[-2:] == ["--block-size", "16"]
+    assert server_command({"patches": []}, target) == target.server_command
+    assert arg_edits([kept]) == []  # the client's command is left as it is
