@@ -9,6 +9,7 @@ job's environment (a ``sitecustomize`` on its PYTHONPATH), so each branch is tes
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from agent.policy import Policy, decide
 from agent.record.report import render_report
 from agent.record.trace import TraceWriter
 from agent.remedies import arg_edits, run_your_job_with, with_options
-from agent.repair.derived_option_branch import option_branch_remedy, takes_option
+from agent.repair.derived_option_branch import ORIGIN, option_branch_remedy, takes_option
 from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
 from agent.repair.option_choice import choice_at
@@ -159,3 +160,14 @@ def test_a_kept_server_option_is_on_the_servers_next_command_not_the_clients() -
     assert server_command({"patches": [kept]}, target)[-2:] == ["--block-size", "16"]
     assert server_command({"patches": []}, target) == target.server_command
     assert arg_edits([kept]) == []  # the client's command is left as it is
+
+
+def test_a_target_env_that_cannot_answer_is_a_note_not_a_guess(lab: LabPaths) -> None:
+    """The choice is read from the lab's source, but the python asked has no vLLM to answer with: no candidate,
+    and the engine's notes (the report's) say why."""
+    site = str(lab.site_packages())
+    ctx = RepairContext(host=LocalHost(), python=sys.executable, roots=(site,), site_packages=(site,),
+                        server_command=("vllm", "serve", "m"))
+    engine = RepairEngine(playbooks=[])
+    assert [c for c in engine.candidates(ctx, recorded_fault(lab)) if c.origin == ORIGIN] == []
+    assert any(n.startswith("option_branch: ") and "_get_attn_isa" in n for n in engine.notes)

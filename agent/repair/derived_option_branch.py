@@ -24,6 +24,7 @@ from agent.repair.option_choice import Choice, choice_at
 from agent.repair.option_probe import MARK, PROBE
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from tools.diffs import ArgEdit, arg_patch
+from tools.errors import SourceError
 
 ORIGIN = "derived:option:other_branch"
 PROBE_TIMEOUT = 600.0  # importing the library is most of it; minutes on a loaded host
@@ -39,7 +40,7 @@ def option_branch_remedy(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         choice = choice_at(src.tree, frame.line) if src else None
         if module is None or choice is None or not choice.inputs:
             continue
-        answer = ask(ctx, module, choice, fault) or {}
+        answer = ask(ctx, module, choice, fault)
         # the choice is this one: its other answers, or none when no option the job sets changes it
         command = ctx.server_command or ctx.job_command
         return [remedy(ctx, frame, choice, answer, way) for way in answer.get("ways") or ()
@@ -73,8 +74,8 @@ def remedy(ctx: RepairContext, frame: FrameRef, choice: Choice, answer: dict[str
     return Candidate(arg_patch((edit,), rationale=why, origin=ORIGIN, evidence=evidence), ORIGIN, why, evidence)
 
 
-def ask(ctx: RepairContext, module: str, choice: Choice, fault: Fault) -> dict[str, Any] | None:
-    """The target env's answer (option_probe.py), with the job's environment; None when it gave none."""
+def ask(ctx: RepairContext, module: str, choice: Choice, fault: Fault) -> dict[str, Any]:
+    """The target env's answer (option_probe.py), with the job's environment."""
     said = dict(NAMED.findall(fault.message))
     known = {i.param: said[i.attr] for i in choice.inputs if i.attr in said}  # the model's, not the job's to set
     logged = {name: value.removeprefix("torch.") for name, value in NAMED.findall(fault.log_excerpt)}
@@ -87,5 +88,9 @@ def ask(ctx: RepairContext, module: str, choice: Choice, fault: Fault) -> dict[s
         result = ctx.host.run([ctx.python, "-B", "-c", PROBE, json.dumps(spec)], timeout=PROBE_TIMEOUT,
                               env=ctx.job_env or None)
         reply = next((line[len(MARK):] for line in result.stdout.splitlines() if line.startswith(MARK)), None)
-        ctx.memo[key] = json.loads(reply) if reply else None
+        if reply is None:  # the engine notes it: the report says why this fault got no option remedy
+            tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            raise SourceError(f"{ctx.python} did not say which option changes {choice.function}()'s answer "
+                              f"(exit {result.exit_code}): {tail}")
+        ctx.memo[key] = json.loads(reply)
     return ctx.memo[key]
