@@ -171,3 +171,27 @@ def test_a_target_env_that_cannot_answer_is_a_note_not_a_guess(lab: LabPaths) ->
     engine = RepairEngine(playbooks=[])
     assert [c for c in engine.candidates(ctx, recorded_fault(lab)) if c.origin == ORIGIN] == []
     assert any(n.startswith("option_branch: ") and "_get_attn_isa" in n for n in engine.notes)
+
+
+def test_an_in_process_job_gets_its_own_calls_keyword_patched(lab: LabPaths, tmp_path: Path) -> None:
+    """A driver that builds its engine in-process sets the block size in code (its argparse takes no such option):
+    the remedy is that keyword's value in the driver, the value it gives now (a module constant) being what the
+    library's choice is asked about — on the AMX host of the recording."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "driver.py").write_text('from vllm import LLM\n\nKV_BLOCK = 128\n\n\ndef main():\n'
+                                    '    return LLM(model="/models/m", dtype="auto", block_size=KV_BLOCK)\n')
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    (fakes / "sitecustomize.py").write_text("import torch\ntorch._C._cpu._is_amx_tile_supported = lambda: True\n")
+    site = str(lab.site_packages())
+    ctx = RepairContext(host=LocalHost(), python=str(lab.python), roots=(site, str(work)), site_packages=(site,),
+                        workdir=str(work), fixable_packages=(), job_command=("python", "driver.py"),
+                        job_env={"PYTHONPATH": str(fakes)})
+    found = option_branch_remedy(ctx, recorded_fault(lab))
+    assert found and all(c.origin == "derived:option:keyword" and not c.patch.args for c in found)
+    first = found[0].patch
+    assert [f.path for f in first.files] == [str(work / "driver.py")]
+    assert "-    return LLM(model=\"/models/m\", dtype=\"auto\", block_size=KV_BLOCK)" in first.files[0].diff
+    assert "+    return LLM(model=\"/models/m\", dtype=\"auto\", block_size=16)" in first.files[0].diff
+    assert "'amx' for" in found[0].rationale and "block_size=128" in found[0].rationale  # the constant, read

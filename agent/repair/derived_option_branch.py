@@ -19,14 +19,16 @@ import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from agent.repair.context import module_of, read_source
+from agent.repair.context import candidate, module_of, read_source
 from agent.repair.option_choice import Choice, choice_at
+from agent.repair.option_keyword import KeywordSite, keyword_sites
 from agent.repair.option_probe import MARK, PROBE
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from tools.diffs import ArgEdit, arg_patch
 from tools.errors import SourceError
 
 ORIGIN = "derived:option:other_branch"
+ORIGIN_KEYWORD = "derived:option:keyword"  # an in-process job: the keyword of its own call, a file patch
 PROBE_TIMEOUT = 600.0  # importing the library is most of it; minutes on a loaded host
 NAMED = re.compile(r"\b([a-z_]\w*)=([\w.]+)")  # "head_dim=64", "dtype=torch.bfloat16": what a message or log names
 
@@ -40,20 +42,31 @@ def option_branch_remedy(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         choice = choice_at(src.tree, frame.line) if src else None
         if module is None or choice is None or not choice.inputs:
             continue
-        answer = ask(ctx, module, choice, fault)
-        # the choice is this one: its other answers, or none when no option the job sets changes it
         command = ctx.server_command or ctx.job_command
-        return [remedy(ctx, frame, choice, answer, way) for way in answer.get("ways") or ()
-                if takes_option(command, way["option"], ctx.library_packages)]
+        # an in-process job sets the fields in its code: the keywords of its calls into the library
+        sites = {} if library_cli(command, ctx.library_packages) else {
+            i.field: found[0] for i in choice.inputs if (found := keyword_sites(ctx, i.field))}
+        answer = ask(ctx, module, choice, fault, {f: str(s.value) for f, s in sites.items() if s.value is not None})
+        # the choice is this one: its other answers, or none when no setting the job controls changes it
+        out = []
+        for way in answer.get("ways") or ():
+            if takes_option(command, way["option"], ctx.library_packages):
+                out.append(remedy(ctx, frame, choice, answer, way))
+            elif way["field"] in sites:
+                out.append(keyword_remedy(ctx, frame, choice, answer, way, sites[way["field"]]))
+        return out
     return []
 
 
 def takes_option(command: Sequence[str], option: str, libraries: Sequence[str]) -> bool:
-    """Whether the option can go on the command: it gives the option already, or it is a library's own CLI (its
-    console script, or ``python -m`` its module). A driver's own argparse would refuse an option it does not
-    declare: there the setting is a keyword of the driver's engine call, not an option of its command."""
-    if any(arg == option or arg.startswith(option + "=") for arg in command):
-        return True
+    """Whether the option can go on the command: it gives the option already, or it is a library's own CLI. A
+    driver's own argparse would refuse an option it does not declare: there the setting is a keyword of the
+    driver's engine call, not an option of its command (agent/repair/option_keyword.py)."""
+    return any(arg == option or arg.startswith(option + "=") for arg in command) or library_cli(command, libraries)
+
+
+def library_cli(command: Sequence[str], libraries: Sequence[str]) -> bool:
+    """The command runs a library's own CLI: its console script, or ``python -m`` its module."""
     program = [posixpath.basename(arg) for arg in command[:1]]
     module = command[command.index("-m") + 1] if "-m" in command[:-1] else ""
     return bool(set(program) & set(libraries)) or module.split(".")[0] in libraries
@@ -74,7 +87,22 @@ def remedy(ctx: RepairContext, frame: FrameRef, choice: Choice, answer: dict[str
     return Candidate(arg_patch((edit,), rationale=why, origin=ORIGIN, evidence=evidence), ORIGIN, why, evidence)
 
 
-def ask(ctx: RepairContext, module: str, choice: Choice, fault: Fault) -> dict[str, Any]:
+def keyword_remedy(ctx: RepairContext, frame: FrameRef, choice: Choice, answer: dict[str, Any],
+                   way: dict[str, str], site: KeywordSite) -> Candidate:
+    value: object = int(way["value"]) if way["value"].isdigit() else way["value"]
+    at = f"{site.src.path}:{site.keyword.value.lineno}"
+    inputs = ", ".join(f"{k}={v}" for k, v in answer["inputs"].items())
+    why = (f"{frame.file}:{frame.line} passes self.{choice.chosen}, which {choice.function}() chose: "
+           f"{answer['now']!r} for {inputs} on this host; the job sets {way['field']} in its code ({at}), and with "
+           f"{value!r} the library's own code takes another way, {way['answer']!r}: give the call that value")
+    evidence = (f"{frame.file}:{choice.call_line}: self.{choice.chosen} = {choice.function}(...)",
+                f"{at}: {way['field']}={site.src.segment(site.keyword.value)}",
+                f"{frame.file}:{choice.line}: {way['field']}={value!r} -> {way['answer']!r}")
+    return candidate(ctx, {site.src.path: site.with_value(value)}, origin=ORIGIN_KEYWORD, rationale=why,
+                     evidence=evidence)
+
+
+def ask(ctx: RepairContext, module: str, choice: Choice, fault: Fault, given: dict[str, str]) -> dict[str, Any]:
     """The target env's answer (option_probe.py), with the job's environment."""
     said = dict(NAMED.findall(fault.message))
     known = {i.param: said[i.attr] for i in choice.inputs if i.attr in said}  # the model's, not the job's to set
@@ -82,7 +110,7 @@ def ask(ctx: RepairContext, module: str, choice: Choice, fault: Fault) -> dict[s
     spec = {"module": module, "function": choice.function, "known": known, "logged": logged,
             "inputs": [{"param": i.param, "field": i.field, "source": i.source} for i in choice.inputs
                        if i.param not in known],
-            "command": list(ctx.server_command or ctx.job_command)}
+            "command": list(ctx.server_command or ctx.job_command), "given": given}
     key = "option-branch:" + json.dumps(spec, sort_keys=True)
     if key not in ctx.memo:
         result = ctx.host.run([ctx.python, "-B", "-c", PROBE, json.dumps(spec)], timeout=PROBE_TIMEOUT,

@@ -86,8 +86,10 @@ known = {p: int(v) if str(v).isdigit() else v for p, v in spec["known"].items()}
 controlled, fixed = [], dict(known)
 for inp in spec["inputs"]:
     option, choices, default = options.get(inp["field"], (None, None, None))
-    # the job's command, else what the fault's log says the engine ran with, else what an unset one becomes
-    current = from_command(option) or spec["logged"].get(inp["field"])
+    # the job's code (an in-process job's keyword), else its command, else what the fault's log says the engine ran
+    # with — the first that names a value ("auto" names none) — else what an unset one becomes
+    said = [spec["given"].get(inp["field"]), from_command(option), spec["logged"].get(inp["field"])]
+    current = next((v for v in said if v is not None and as_param(inp["param"], v) is not None), None)
     if current is None:
         current = platform_fills(inp["field"]) if default is None else default
     if isinstance(current, str) and current.isdigit():
@@ -109,7 +111,8 @@ for inp, option, choices, current in sorted(controlled, key=lambda c: "model" in
         answer = str(choose(**{**args, inp["param"]: typed}))
         tried.append({"option": option, "value": str(value), "answer": answer})
         if answer != str(now) and answer not in {w["answer"] for w in ways}:
-            ways.append({"option": option, "value": str(value), "current": str(current), "answer": answer})
+            ways.append({"option": option, "field": inp["field"], "value": str(value), "current": str(current),
+                         "answer": answer})
 print("@@option-probe@@ " + json.dumps({"now": str(now), "ways": ways, "tried": tried,
                                         "inputs": {p: str(v) for p, v in fixed.items()}}))
 '''
