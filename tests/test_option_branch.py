@@ -195,3 +195,11 @@ def test_an_in_process_job_gets_its_own_calls_keyword_patched(lab: LabPaths, tmp
     assert "-    return LLM(model=\"/models/m\", dtype=\"auto\", block_size=KV_BLOCK)" in first.files[0].diff
     assert "+    return LLM(model=\"/models/m\", dtype=\"auto\", block_size=16)" in first.files[0].diff
     assert "'amx' for" in found[0].rationale and "block_size=128" in found[0].rationale  # the constant, read
+
+
+def test_the_person_asked_sees_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    from agent.cli.approve import show_proposal
+
+    patch = arg_patch((ArgEdit(option="--block-size", value="16", command="server"),), rationale="r", origin="o")
+    show_proposal(candidate_to_dict(Candidate(patch, patch.origin, patch.rationale)))
+    assert "server's command --block-size 16" in capsys.readouterr().out
