@@ -13,7 +13,7 @@ from agent.launchers import launcher_for
 from agent.launchers.base import Launcher, LauncherDeps
 from agent.record.trace import TraceWriter
 from agent.record.view import View
-from agent.remedies import arg_edits, with_options
+from agent.remedies import arg_edits, env_edits, job_env, with_options
 from agent.repair.engine import RepairEngine
 from agent.repair.types import RepairContext
 from agent.state import PreflightInfo, SessionState
@@ -67,6 +67,8 @@ class Deps:
             site_packages=tuple(pre.get("site_packages", ())),
             server_command=tuple(with_options(target.server_command or (), arg_edits(kept, "server"))),
             job_command=tuple(with_options(target.command or (), arg_edits(kept))),
+            # what the next launch runs with: the library's answers are asked with it, as the job will meet them
+            job_env=job_env(self.host, target.env, env_edits(kept))[0],
             device=target.device,
             medic_dir=self.config.medic_dir,
             memo=self.library_memo,

@@ -33,7 +33,7 @@ from agent.repair.engine import RepairEngine
 from agent.repair.option_choice import choice_at
 from agent.repair.types import Candidate, Fault, RepairContext
 from lab.build import LabPaths
-from tools.diffs import ArgEdit, Patch, arg_patch
+from tools.diffs import ArgEdit, EnvEdit, Patch, arg_patch, env_patch
 from tools.errors import PatchError
 from tools.host import CommandResult, FunctionHost, LocalHost
 from tools.redact import Redactor
@@ -148,6 +148,11 @@ def test_a_kept_option_is_on_the_next_launch_and_gone_once_dropped(tmp_path: Pat
     launch({"launches": [], "faults": [], "patches": [kept], "preflight": {}}, deps)
     assert plans[-1].command[-2:] == ["--block-size", "16"] and "128" not in plans[-1].command
     assert deps.context({"patches": [kept]}).job_command[-2:] == ("--block-size", "16")  # what a repair reads
+    env = env_patch((EnvEdit(var="VLLM_CPU_OMP_THREADS_BIND", action="set", value="nobind"),), rationale="r",
+                    origin="o")
+    kept_env: Any = candidate_to_dict(Candidate(env, env.origin, env.rationale))
+    # and the env the next launch runs with: the target env is asked with it, as the job will meet it
+    assert deps.context({"patches": [kept_env]}).job_env == {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
     launch({"launches": [], "faults": [], "patches": [], "preflight": {}}, deps)
     assert plans[-1].command[-2:] == ["--block-size", "128"]
 
