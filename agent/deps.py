@@ -14,6 +14,7 @@ from agent.launchers import launcher_for
 from agent.launchers.base import Launcher, LauncherDeps
 from agent.record.trace import TraceWriter
 from agent.record.view import View
+from agent.remedies import arg_edits, env_edits, job_env, with_options
 from agent.repair.engine import RepairEngine
 from agent.repair.types import RepairContext
 from agent.state import PreflightInfo, SessionState
@@ -55,6 +56,7 @@ class Deps:
         """The repair context, rebuilt from what preflight recorded (so a resumed session has it too)."""
         pre: PreflightInfo = state.get("preflight") or {}
         target = self.config.target
+        kept = state.get("patches") or []
         return RepairContext(
             host=self.host,
             python=target.python,
@@ -64,7 +66,11 @@ class Deps:
             workdir=target.workdir,
             versions=dict(pre.get("versions", {})),
             site_packages=tuple(pre.get("site_packages", ())),
-            server_command=tuple(seen_through(target, state).server_command or ()),  # a wrapper's, read through
+            server_command=tuple(with_options(seen_through(target, state).server_command or (),  # a wrapper's too
+                                              arg_edits(kept, "server"))),
+            job_command=tuple(with_options(target.command or (), arg_edits(kept))),
+            # what the next launch runs with: the library's answers are asked with it, as the job will meet them
+            job_env=job_env(self.host, target.env, env_edits(kept))[0],
             device=target.device,
             medic_dir=self.config.medic_dir,
             memo=self.library_memo,

@@ -166,6 +166,7 @@ class CandidateData(TypedDict, total=False):
     checks: list[Any]
     env: list[str]
     host_steps: list[str]
+    args: list[str]  # options set on the job's (or server's) command: "--block-size 16"
 
 
 class NoRepairData(TypedDict, total=False):
@@ -184,6 +185,7 @@ class PatchData(TypedDict, total=False):  # applied, patch_refused, reverted
     files: list[str]
     env: list[str]
     host_steps: list[str]
+    args: list[str]
     already_applied: bool
     diff: str
     why: str

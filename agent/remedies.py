@@ -1,21 +1,44 @@
-"""What the kept remedies make of the job's environment. An env remedy is part of a Patch (tools/diffs.py
-``EnvEdit``): it is applied by launching with it and reverted by dropping the patch, so the job's environment
-is always the user's ``--env`` plus the env edits of the patches kept, in the order they were kept.
+"""What the kept remedies make of the job's environment and command line. An env remedy is part of a Patch
+(tools/diffs.py ``EnvEdit``, ``ArgEdit``): it is applied by launching with it and reverted by dropping the patch,
+so the job's environment is always the user's ``--env`` plus the env edits of the patches kept, in the order they
+were kept, and its command the user's with the kept options set on it.
 """
 
 from __future__ import annotations
 
 import posixpath
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tools.diffs import EnvEdit
+from tools.diffs import ArgEdit, EnvEdit
 from tools.host import Host
 
 
 def env_edits(patches: Sequence[Mapping[str, Any]]) -> list[EnvEdit]:
     """The env edits of the kept patches (state dicts), oldest first."""
     return [EnvEdit.model_validate(e) for p in patches for e in (p.get("patch") or {}).get("env") or ()]
+
+
+def arg_edits(patches: Sequence[Mapping[str, Any]], command: str = "job") -> list[ArgEdit]:
+    """The command-option edits of the kept patches for the job's (or its server's) command, oldest first."""
+    edits = [ArgEdit.model_validate(a) for p in patches for a in (p.get("patch") or {}).get("args") or ()]
+    return [a for a in edits if a.command == command]
+
+
+def with_options(command: Sequence[str], edits: Sequence[ArgEdit]) -> list[str]:
+    """``command`` with each option set: its value replaced where the command gives the option (``--opt v`` or
+    ``--opt=v``), else the option added at the end, where a CLI's own options go."""
+    out = list(command)
+    for edit in edits:
+        at = next((i for i, arg in enumerate(out) if arg == edit.option or arg.startswith(edit.option + "=")), None)
+        if at is None:
+            out += [edit.option, edit.value]
+        elif out[at] == edit.option and at + 1 < len(out):
+            out[at + 1] = edit.value
+        else:
+            out[at] = f"{edit.option}={edit.value}"
+    return out
 
 
 def job_env(host: Host, base: Mapping[str, str], edits: Sequence[EnvEdit]) -> tuple[dict[str, str], list[str]]:
@@ -77,9 +100,16 @@ def with_unset(command: Sequence[str], unset: Sequence[str]) -> list[str]:
     return ["env", *[arg for var in unset for arg in ("-u", var)], *command]
 
 
-def run_your_job_with(patches: Sequence[Mapping[str, Any]]) -> str | None:
-    """The shell lines a person needs to run the job without medic, or None when no env remedy was kept."""
+def run_your_job_with(patches: Sequence[Mapping[str, Any]], commands: Mapping[str, Sequence[str]] | None = None
+                      ) -> str | None:
+    """The shell lines a person needs to run the job without medic, or None when no env or option remedy was
+    kept: the exports, then each command (``commands``: "job", "server") that takes a kept option, as medic ran it."""
     edits = env_edits(patches)
-    if not edits:
-        return None
-    return "\n".join(e.describe() if e.action == "unset" else f"export {e.describe()}" for e in edits)
+    lines = [e.describe() if e.action == "unset" else f"export {e.describe()}" for e in edits]
+    for which, command in (commands or {}).items():
+        options = arg_edits(patches, which)
+        if options and command:
+            lines.append(shlex.join(with_options(command, options)))
+        elif options:
+            lines.append(f"# the {which}'s command with " + " ".join(o.describe() for o in options))
+    return "\n".join(lines) or None

@@ -96,6 +96,12 @@ class EnvEditData(TypedDict, total=False):
     library: str
 
 
+class ArgEditData(TypedDict, total=False):
+    option: str
+    value: str
+    command: str  # job | server
+
+
 class PatchData(TypedDict, total=False):
     """tools.diffs.Patch as JSON (``model_dump(mode="json")``)."""
 
@@ -107,6 +113,7 @@ class PatchData(TypedDict, total=False):
     checks: list[str]
     env: list[EnvEditData]
     host_steps: list[str]
+    args: list[ArgEditData]
 
 
 class CandidateData(TypedDict):

@@ -52,8 +52,23 @@ class EnvEdit(BaseModel):
         return f"{self.var}={value}"
 
 
+class ArgEdit(BaseModel):
+    """An option of the job's own command line, set for medic's launches (``--block-size 16``): what the job
+    controls, as the library's CLI names it; the job's files and the library are not touched."""
+
+    model_config = ConfigDict(frozen=True)
+
+    option: str  # "--block-size"
+    value: str
+    command: Literal["job", "server"] = "job"  # which command of a two-process job takes it
+
+    def describe(self) -> str:
+        return f"{self.option} {shlex.quote(self.value)}"
+
+
 class Patch(BaseModel):
-    """A remedy: file edits and/or job-environment edits (and host steps only a person may take).
+    """A remedy: file edits, job-environment edits and/or command-line options (and host steps only a person may
+    take).
 
     Serializable with ``model_dump_json`` / ``Patch.model_validate_json``."""
 
@@ -67,11 +82,13 @@ class Patch(BaseModel):
     checks: tuple[str, ...] = ()
     env: tuple[EnvEdit, ...] = ()  # applied to medic's next launches, undone by dropping the patch
     host_steps: tuple[str, ...] = ()  # commands a person runs on the host (or a policy lets medic run)
+    args: tuple[ArgEdit, ...] = ()  # options of the job's commands for medic's next launches, undone likewise
 
     @property
     def diff(self) -> str:
         return "".join(f.diff for f in self.files) + "".join(f"# env: {e.describe()}\n" for e in self.env) + (
-            "".join(f"# host: {step}\n" for step in self.host_steps))
+            "".join(f"# host: {step}\n" for step in self.host_steps)) + (
+            "".join(f"# {a.command} option: {a.describe()}\n" for a in self.args))
 
 
 def env_patch(env: tuple[EnvEdit, ...], *, rationale: str, origin: str, evidence: tuple[str, ...] = (),
@@ -82,6 +99,15 @@ def env_patch(env: tuple[EnvEdit, ...], *, rationale: str, origin: str, evidence
     key = "".join(e.describe() + "\n" for e in env) + "".join(s + "\n" for s in host_steps)
     return Patch(id="env-" + sha256(key.encode())[:12], files=(), rationale=rationale, origin=origin,
                  evidence=evidence, checks=checks, env=env, host_steps=host_steps)
+
+
+def arg_patch(args: tuple[ArgEdit, ...], *, rationale: str, origin: str, evidence: tuple[str, ...] = ()) -> Patch:
+    """A remedy that changes no file and no variable: options of the job's command line."""
+    if not args:
+        raise PatchError("a command-option remedy needs an option")
+    key = "".join(f"{a.command} {a.describe()}\n" for a in args)
+    return Patch(id="arg-" + sha256(key.encode())[:12], files=(), rationale=rationale, origin=origin,
+                 evidence=evidence, args=args)
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,14 @@ from dataclasses import dataclass
 
 from tools.diffs import (
     NO_NEWLINE,
+    ArgEdit,
     EnvEdit,
     FileDiff,
     FilePatch,
     Hunk,
     Patch,
     apply_hunks,
+    arg_patch,
     decode_source,
     env_patch,
     parse_diff,
@@ -38,6 +40,7 @@ from tools.ledger import LedgerEntry, LedgerFile, ledger_entries, load_entry, sa
 __all__ = [
     "NO_NEWLINE",
     "ApplyResult",
+    "ArgEdit",
     "EnvEdit",
     "FileDiff",
     "FilePatch",
@@ -48,6 +51,7 @@ __all__ = [
     "Patch",
     "apply_hunks",
     "apply_patch",
+    "arg_patch",
     "env_patch",
     "ledger_entries",
     "load_entry",

@@ -34,6 +34,7 @@ from agent.policy import decide, load_policy, package_of, proposal_files
 from agent.session import connect_host, load_config, make_deps, read_checkpoint, read_failure, run_session
 from agent.state import CandidateData
 from tools.console import make_console
+from tools.diffs import ArgEdit, EnvEdit
 from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host
 
@@ -142,6 +143,12 @@ def show_proposal(proposal: CandidateData) -> None:
         out.print(f"  [dim]evidence[/] {line}")
     for check in patch.get("checks", ()):
         out.print(f"  [dim]check[/] {check}")
+    # what the launches change besides files: a person approves these too
+    for edit in patch.get("env") or ():
+        out.print(f"  [bold]env[/] {EnvEdit.model_validate(edit).describe()}")
+    for arg in patch.get("args") or ():
+        option = ArgEdit.model_validate(arg)
+        out.print(f"  [bold]{option.command}'s command[/] {option.describe()}")
     out.print(Syntax(patch_diff(proposal), "diff", theme="ansi_dark", word_wrap=True))
 
 

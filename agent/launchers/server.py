@@ -20,6 +20,7 @@ from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
 
+from agent.config import Target
 from agent.faults import fault_from_log
 from agent.job import in_target_env
 from agent.launchers.base import (
@@ -35,7 +36,7 @@ from agent.launchers.base import (
     write_ledger,
 )
 from agent.launchers.detached import DetachedHandle
-from agent.remedies import with_unset
+from agent.remedies import arg_edits, with_options, with_unset
 from agent.repair.types import Fault
 from agent.state import ClientOf, DetachedLaunch, LaunchRecord, ServerRecord, SessionState
 from tools import runs, server_job
@@ -148,6 +149,11 @@ def ensure_server(state: SessionState, deps: LauncherDeps, n: int) -> tuple[dict
     return {"servers": servers}, crashed
 
 
+def server_command(state: SessionState, target: Target) -> list[str]:
+    """The server's command as the next launch runs it: the kept option remedies for the server set on it."""
+    return with_options(target.server_command or [], arg_edits(state.get("patches") or [], "server"))
+
+
 def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
     cfg = deps.config
     target = cfg.target
@@ -162,7 +168,7 @@ def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
         deps.record("server", "launch", {"event": "reattached", "n": n, "run_dir": run.dir, "port": port})
     else:
         port = target.server_port or server_job.free_port(deps.host, target.python)
-        command, resolved = in_target_env(deps.host, server_job.with_port(target.server_command or [], port), target)
+        command, resolved = in_target_env(deps.host, server_job.with_port(server_command(state, target), port), target)
         env, unset = job_environment(deps, state, WIDE_CONSOLE)
         deps.host.run(["mkdir", "-p", f"{cfg.host_dir}/servers"], timeout=30)
         run = runs.launch(deps.host, with_unset(command, unset), run_dir=base, cwd=target.workdir, env=env,

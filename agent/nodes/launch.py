@@ -10,6 +10,7 @@ from typing import Any
 from agent.deps import Deps
 from agent.job import canary_commands, canary_env, in_target_env, on_canary
 from agent.launchers.base import LaunchPlan
+from agent.remedies import arg_edits, with_options
 from agent.shards import shards_for
 from agent.state import SessionState
 from agent.validation import before_relaunch, nothing_left
@@ -19,6 +20,8 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     cfg = deps.config
     kind = "canary" if on_canary(state, cfg) else "target"
     command = canary_commands(state, cfg)[0] if kind == "canary" else cfg.target.command
+    # the kept option remedies, as the env remedies, go to the canary's runs too: the same library meets them
+    command = with_options(command or [], arg_edits(state.get("patches") or []))
     # `python ...`, `speculators ...` mean the target env's, not the ones first on the host's PATH
     command, resolved = in_target_env(deps.host, command or [], cfg.target)
     plan = LaunchPlan(n=len(state.get("launches") or []) + 1, kind=kind, command=command, started=deps.clock(),

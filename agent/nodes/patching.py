@@ -38,7 +38,7 @@ from agent.repair.types import Candidate, Fault, RepairContext
 from agent.state import CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
 from tools.errors import PatchError
 from tools.model_folder import architectures
-from tools.patches import EnvEdit, Patch, apply_patch
+from tools.patches import ArgEdit, EnvEdit, Patch, apply_patch
 from tools.reverts import revert_stack
 
 
@@ -110,7 +110,9 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
                                         "diff": patch_diff(proposal), "checks": proposal["checks"],
                                         "env": [EnvEdit.model_validate(e).describe()
                                                 for e in proposal["patch"].get("env") or []],
-                                        "host_steps": proposal["patch"].get("host_steps") or []})
+                                        "host_steps": proposal["patch"].get("host_steps") or [],
+                                        "args": [ArgEdit.model_validate(a).describe()
+                                                 for a in proposal["patch"].get("args") or []]})
     return {**progress, "proposal": proposal}
 
 
@@ -140,6 +142,7 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
                                      "files": [f.path for f in cand.patch.files],
                                      "env": [e.describe() for e in cand.patch.env],
                                      "host_steps": list(cand.patch.host_steps),
+                                     "args": [a.describe() for a in cand.patch.args],
                                      "already_applied": bool(already), "diff": cand.patch.diff})
     return kept(state, proposal)
 

@@ -65,7 +65,8 @@ def render_report(state: SessionState, config: SessionConfig) -> str:
         out += [f"Environment: `{e}`" for e in env_lines(p)] + [f"Host step: `{h}`" for h in
                                                                  p["patch"].get("host_steps") or []]
     out += answer_lines(state.get("answers") or [], lambda text: for_people(text, sh))
-    prelude = run_your_job_with(patches)
+    prelude = run_your_job_with(patches, {"job": config.target.command,
+                                          "server": config.target.server_command or []})
     if prelude:  # what medic launched the job with, for the person who runs it next without medic
         out += ["## Run your job with", "", "```sh", prelude, "```", ""]
     out += ["## Launches", "", "| # | kind | outcome | exit | time | load | phases |", "|---|---|---|---|---|---|---|"]

@@ -32,6 +32,7 @@ from agent.repair import (
     derived_kernels,
     derived_members,
     derived_next_release,
+    derived_option_branch,
     derived_packages,
     derived_platform,
     derived_stand_ins,
@@ -57,6 +58,8 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("protocol_step", derived_dataflow.mandatory_protocol_step),
     ("main_guard", derived_driver.main_guard),  # the user's driver, from the interpreter's own words
     ("environment", derived_env.environment_remedy),
+    # a host-dependent choice of the library, taken another way by an option of the job's command
+    ("option_branch", derived_option_branch.option_branch_remedy),
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),

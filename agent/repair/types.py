@@ -132,6 +132,7 @@ class RepairContext:
     site_packages: tuple[str, ...] = ()
     architectures: tuple[str, ...] = ()  # the target model's, from its config.json (what the library will build)
     server_command: tuple[str, ...] = ()  # a two-process job's server: the library code it starts is scanned too
+    job_command: tuple[str, ...] = ()  # the job's command as the next launch runs it (kept option remedies set)
     job_env: dict[str, str] | None = None  # what the next launch runs with (the job's env and kept remedies)
     device: str | None = None  # the job's device as its target says ("cuda", "cpu"); None: what its torch sees
     medic_dir: str = ""  # the workdir's .medic on the host: every session's ledger (the wheel's bytes a patch replaced)
