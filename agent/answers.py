@@ -114,7 +114,7 @@ def confirm_answered(state: SessionState, said: dict[str, Any]) -> dict[str, Any
 
 
 def replayed_answer(state: SessionState, said: AnswerData, stand_in: CandidateData | None) -> dict[str, Any]:
-    """The update an approval_answer event stands for (agent/record/replay.py): the answer joins the state, a
+    """The update an approval_answer event stands for (agent/readers/replay.py): the answer joins the state, a
     rejected patch is set aside, a stop ends the session; an edit's patch comes with its applied event."""
     update = answered(state, said)
     if said.get("question") != LAUNCH_INTO_FAULT:

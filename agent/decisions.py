@@ -1,6 +1,6 @@
 """What becomes of a proposed patch, as a state update: kept, set aside, or taken off.
 
-The nodes that decide (apply, revert), a person's answer (agent/approval.py) and replay (agent/record/replay.py)
+The nodes that decide (apply, revert), a person's answer (agent/approval.py) and replay (agent/readers/replay.py)
 all make their updates here, so a replayed session's state is the one the session had.
 """
 

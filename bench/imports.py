@@ -18,8 +18,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-READERS = {"replay", "replay_events", "replay_shards", "postmortem", "postmortem_answers", "postmortem_html",
-           "postmortem_server", "postmortem_shards", "watch", "tracefile", "notify"}
 WRITERS = {"agent.codec", "agent.answers", "agent.checks", "agent.faults", "agent.policy", "agent.record.trace",
            "agent.record.view", "agent.record.panel", "agent.record.report", "agent.record.people"}
 
@@ -33,8 +31,7 @@ def layer(module: str) -> int:
         return 9
     if module.startswith("lab"):
         return 8
-    if module in ("agent.graph", "agent.session") or (
-            module.startswith("agent.record.") and module.rsplit(".", 1)[-1] in READERS):
+    if module in ("agent.graph", "agent.session") or module.startswith("agent.readers"):
         return 7
     if module.startswith("agent.nodes"):
         return 6

@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/matrix.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
-from agent.record.postmortem import PatchView, summarize  # noqa: E402
-from agent.record.tracefile import read_trace  # noqa: E402
+from agent.readers.postmortem import PatchView, summarize  # noqa: E402
+from agent.readers.tracefile import read_trace  # noqa: E402
 from bench.table import table as bench_table  # noqa: E402
 from lab.build import LabBuilder, LabPaths, Variant  # noqa: E402
 from tools.errors import MedicError  # noqa: E402
@@ -76,7 +76,7 @@ def wrong_patch_ids(kept: list[PatchView], verified: bool, *, library_is_wrong: 
 
 
 def read_figures(result: PairResult, trace_path: Path) -> None:
-    """Launches, patches, remedies and the outcome from a session's trace (agent/record/postmortem.py's summary)."""
+    """Launches, patches, remedies and the outcome from a session's trace (agent/readers/postmortem.py's summary)."""
     s = summarize(read_trace(trace_path))
     kinds = [launch.kind for launch in s.launches]
     result.target, result.canary = kinds.count("target"), kinds.count("canary")

@@ -14,8 +14,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.record.replay import replay
-from agent.record.tracefile import read_trace
+from agent.readers.replay import replay
+from agent.readers.tracefile import read_trace
 
 TRACE = Path(__file__).resolve().parents[1] / "tests" / "data" / "traces" / "lab_session.jsonl"
 DEFAULT_RUNS = 200

@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT))
 
 from agent.cli.run import lab_target  # noqa: E402
 from agent.config import Budgets, SessionConfig  # noqa: E402
-from agent.record.postmortem import summarize  # noqa: E402
-from agent.record.postmortem_server import server_counts  # noqa: E402
-from agent.record.tracefile import read_trace  # noqa: E402
+from agent.readers.postmortem import summarize  # noqa: E402
+from agent.readers.postmortem_server import server_counts  # noqa: E402
+from agent.readers.tracefile import read_trace  # noqa: E402
 from agent.session import run_session  # noqa: E402
 from bench.matrix import wrong_patch_ids  # noqa: E402
 from bench.table import table as bench_table  # noqa: E402

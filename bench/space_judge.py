@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from agent.record.postmortem import FaultView, PatchView, summarize
-from agent.record.postmortem_server import server_counts
-from agent.record.tracefile import read_trace
+from agent.readers.postmortem import FaultView, PatchView, summarize
+from agent.readers.postmortem_server import server_counts
+from agent.readers.tracefile import read_trace
 from bench.space_pair import Pair
 from lab.build import LabPaths
 from lab.server_lab import ServerLabPaths, server_environ

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from tools.errors import TraceError
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from agent.answers import LAUNCH_QUESTION
 from agent.cli.approve import read_session, status_line
 from agent.policy import Policy, decide, load_policy, policy_answer
-from agent.record.postmortem import postmortem_markdown
-from agent.record.postmortem_html import postmortem_html
-from agent.record.replay import replay
-from agent.record.tracefile import read_trace
+from agent.readers.postmortem import postmortem_markdown
+from agent.readers.postmortem_html import postmortem_html
+from agent.readers.replay import replay
+from agent.readers.tracefile import read_trace
 from agent.session import run_session
 from tests.fixtures_fake import CALLER, Fake, MakeFake
 from tools.errors import UsageError

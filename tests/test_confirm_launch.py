@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from agent.session import run_session
 from tests.fixtures_fake import FIXED, MakeFake, medic_cli
 

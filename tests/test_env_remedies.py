@@ -18,7 +18,7 @@ import pytest
 from agent.cli.run import lab_target
 from agent.config import SessionConfig, Target
 from agent.nodes.diagnose import fault_from_log
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from agent.remedies import job_env
 from agent.repair.derived_env import environment_remedy, find_library
 from agent.repair.edits import Source

@@ -23,7 +23,7 @@ import pytest
 from agent.config import Target
 from agent.job import in_target_env
 from agent.outcomes import exit_code
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from agent.repair.scan_platform import server_modules
 from agent.repair.types import RepairContext
 from agent.session import run_session

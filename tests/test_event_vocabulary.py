@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agent.events import EVENT_KINDS
 from agent.payloads import PAYLOADS, payload_problems
-from agent.record.replay_events import NODE_OF
+from agent.readers.replay_events import NODE_OF
 
 ROOT = Path(__file__).resolve().parents[1]
 READERS = tuple(f"agent/record/{name}.py" for name in ("view", "replay", "postmortem", "postmortem_html", "panel"))

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from agent.config import SessionConfig, Target
 from agent.nodes.diagnose import fault_from_log
-from agent.record.postmortem import postmortem_markdown
-from agent.record.postmortem_html import postmortem_html
+from agent.readers.postmortem import postmortem_markdown
+from agent.readers.postmortem_html import postmortem_html
+from agent.readers.tracefile import read_trace
 from agent.record.report import render_report
-from agent.record.tracefile import read_trace
 from tools.logs import clean_lines, extract_tracebacks, fingerprint, message_line, root_cause
 from tools.tracebacks import MAX_SUMMARY_CHARS
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.config import SessionConfig
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from agent.session import run_session, save_config
 from tests.openai_server import (
     Reply,

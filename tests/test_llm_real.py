@@ -19,7 +19,7 @@ from agent.llm.chat import ChatModel, LLMConfig
 from agent.llm.judge import REJECTIONS
 from agent.llm.repair import llm_candidates
 from agent.outcomes import OUTCOMES
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from agent.repair.types import Fault, FrameRef, RepairContext
 from agent.session import run_session, save_config
 from tests.fixtures_llm import RealLLM, real_llm  # noqa: F401  (the real_llm fixture)

@@ -14,8 +14,8 @@ import pytest
 import typer
 
 from agent.cli.main import app
-from agent.record.postmortem_server import server_lines
-from agent.record.tracefile import Event, Trace
+from agent.readers.postmortem_server import server_lines
+from agent.readers.tracefile import Event, Trace
 from tools.host import LocalHost
 from tools.hs_job import hs_builtin_check
 from tools.validate_output import builtin_check

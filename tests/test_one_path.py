@@ -13,7 +13,7 @@ import pytest
 
 from agent.cli.run import lab_target
 from agent.config import SessionConfig
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from agent.session import run_session
 from lab.build import LabPaths
 from tests.fixtures_lab import GEN, WORKER

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from agent.readers.postmortem import postmortem_markdown
+from agent.readers.postmortem_html import postmortem_html
+from agent.readers.tracefile import read_trace
 from agent.record.people import Shortener, for_people, short_signatures, without_repeat, without_subject
-from agent.record.postmortem import postmortem_markdown
-from agent.record.postmortem_html import postmortem_html
-from agent.record.tracefile import read_trace
 from agent.record.view import View
 from tests.fixtures_replay import replay_exempt
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from agent.config import SessionConfig, Target
-from agent.record.postmortem import postmortem_markdown, summarize
-from agent.record.postmortem_html import postmortem_html
-from agent.record.replay import replay
+from agent.readers.postmortem import postmortem_markdown, summarize
+from agent.readers.postmortem_html import postmortem_html
+from agent.readers.replay import replay
+from agent.readers.tracefile import read_trace
 from agent.record.report import human_numbers, human_seconds, render_report
-from agent.record.tracefile import read_trace
 from agent.repair.context import candidate
 from agent.repair.types import RepairContext
 from tests.fixtures_replay import replay_exempt

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.record.postmortem import postmortem_markdown
-from agent.record.postmortem_html import postmortem_html
+from agent.readers.postmortem import postmortem_markdown
+from agent.readers.postmortem_html import postmortem_html
+from agent.readers.tracefile import read_trace
 from agent.record.trace import TraceWriter
-from agent.record.tracefile import read_trace
 from tools.redact import Redactor
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from tests.fixtures_fake import FIXED, Fake, MakeFake, medic_cli, record_figure, spawn_medic
 
 # (name, mode, kinds to see in order before the kill, seconds to wait after the last one)

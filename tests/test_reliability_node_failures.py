@@ -21,7 +21,7 @@ import pytest
 import agent.graph
 from agent.cli.main import main
 from agent.outcomes import exit_code
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from tests.fixtures_fake import Fake, MakeFake, record_figure
 
 INTERNAL = exit_code("internal_error")

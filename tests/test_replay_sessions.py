@@ -4,7 +4,7 @@ tests/test_reliability_kill.py, and every trace the suite writes by tests/fixtur
 
 from __future__ import annotations
 
-from agent.record.replay import replay
+from agent.readers.replay import replay
 from agent.session import run_session, save_config
 from tests.fixtures_fake import MakeFake
 

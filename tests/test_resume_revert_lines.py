@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from agent.record.watch import session_status
+from agent.readers.watch import session_status
 from tests.fixtures_fake import MakeFake, medic_cli, spawn_medic
 
 

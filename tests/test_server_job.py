@@ -170,7 +170,7 @@ def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explain
     assert "pin_memory" in second["message"]
     assert values["patches"][1]["origin"] == "derived:platform:capability"
     assert outcome == "budget"
-    from agent.record.replay import replay
+    from agent.readers.replay import replay
 
     replayed = replay(trace)  # a two-process session re-decides the same with no host and no server
     assert replayed.first_divergence is None and replayed.events_compared >= 10

@@ -15,9 +15,9 @@ import pytest
 from agent.cli.run import lab_target
 from agent.config import SessionConfig
 from agent.nodes.launch import launch
-from agent.record.postmortem import postmortem_markdown
-from agent.record.replay import replay
-from agent.record.tracefile import read_trace
+from agent.readers.postmortem import postmortem_markdown
+from agent.readers.replay import replay
+from agent.readers.tracefile import read_trace
 from agent.scheduler import ShardSettings
 from agent.session import make_deps, run_session
 from lab.build import LabPaths

@@ -20,9 +20,9 @@ from agent.cli.run import lab_target
 from agent.config import SessionConfig
 from agent.launchers.slurm import job_name as launch_name
 from agent.launchers.slurm import submitted_before
-from agent.record.postmortem import postmortem_markdown
-from agent.record.replay import replay
-from agent.record.tracefile import read_trace
+from agent.readers.postmortem import postmortem_markdown
+from agent.readers.replay import replay
+from agent.readers.tracefile import read_trace
 from agent.scheduler import SlurmSettings
 from agent.session import make_deps, run_session
 from lab.build import LabPaths

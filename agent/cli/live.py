@@ -3,7 +3,7 @@
 At a terminal the events scroll above a live panel (agent/record/panel.py); off one (a pipe, a log file, CI) they
 are plain lines, one event a line, never wrapped, no control codes. SIGTERM stops medic the way Ctrl-C does:
 the session's lock and trace are let go, a ``stopped`` event is recorded, and ``medic resume`` goes on
-(the job itself is detached and keeps running). ``--notify CMD`` is told of the end (agent/record/notify.py).
+(the job itself is detached and keeps running). ``--notify CMD`` is told of the end (agent/readers/notify.py).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 
 from agent.config import SessionConfig
 from agent.outcomes import OUTCOMES
-from agent.record.notify import append_event, notify, notify_event
+from agent.readers.notify import append_event, notify, notify_event
+from agent.readers.watch import TraceFollower
 from agent.record.panel import LivePanel, at_terminal
 from agent.record.people import Shortener
 from agent.record.view import View
-from agent.record.watch import TraceFollower
 from agent.session import pending_interrupt, read_checkpoint, read_failure, session_redactor
 from tools.console import make_console
 

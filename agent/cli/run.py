@@ -214,7 +214,7 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
         if left:  # a loaded server holds the host's memory: say it is there and how to end it
             console.print(left, markup=False, soft_wrap=True)
     if postmortem:
-        from agent.record.postmortem import print_postmortem
+        from agent.readers.postmortem import print_postmortem
 
         print_postmortem(Path(config.traces_dir) / f"{config.session_id}.jsonl")
     tell(config, outcome)
@@ -223,7 +223,7 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
 
 def revert(session: str) -> None:
     """Undo every patch of a session, newest first, byte-for-byte (refused for a file changed since)."""
-    from agent.record.watch import note_reverted
+    from agent.readers.watch import note_reverted
     from agent.session import connect_host, session_lock
     from tools.reverts import RevertResult, revert_all
 

@@ -30,7 +30,7 @@ class LeftRun:
 
 def left_running(trace: Path) -> list[LeftRun]:
     """The server starts and detached launches of the trace that no later event says ended."""
-    from agent.record.tracefile import read_trace
+    from agent.readers.tracefile import read_trace
 
     servers: dict[object, LeftRun] = {}
     launches: dict[object, LeftRun] = {}

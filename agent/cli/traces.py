@@ -20,7 +20,7 @@ from tools.errors import UsageError
 def replay(trace: Annotated[Path, typer.Argument(help="a session trace (.jsonl)")]) -> None:
     """Re-run today's decision logic against a recorded session; exit 1 at the first divergence, or when the
     trace stops before the session's end (cut, or no exit event): what came after could not be compared."""
-    from agent.record.replay import replay as run_replay
+    from agent.readers.replay import replay as run_replay
 
     result = run_replay(trace)
     if result.first_divergence:
@@ -40,9 +40,9 @@ def postmortem(
     html: Annotated[Path | None, typer.Option(help="also write a self-contained HTML page here")] = None,
 ) -> None:
     """The postmortem of a session, as markdown on stdout (and optionally one HTML page)."""
-    from agent.record.postmortem import postmortem_markdown
-    from agent.record.postmortem_html import postmortem_html
-    from agent.record.tracefile import read_trace
+    from agent.readers.postmortem import postmortem_markdown
+    from agent.readers.postmortem_html import postmortem_html
+    from agent.readers.tracefile import read_trace
 
     parsed = read_trace(trace)
     text = postmortem_markdown(parsed)

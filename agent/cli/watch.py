@@ -15,10 +15,10 @@ from typing import Annotated
 
 import typer
 
+from agent.readers.watch import TraceFollower, session_status
 from agent.record.panel import LivePanel, at_terminal
 from agent.record.people import for_people
 from agent.record.view import View
-from agent.record.watch import TraceFollower, session_status
 from agent.session import load_config
 from tools.console import make_console
 

@@ -148,7 +148,7 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
 
 
 # What apply and revert decide about the state, apart from what they do on the host: replay
-# (agent/record/replay.py) makes the same updates from the recorded events through these.
+# (agent/readers/replay.py) makes the same updates from the recorded events through these.
 def resolved(ctx: RepairContext, cand: Candidate) -> Candidate:
     """The env edits that name a library get its file, now that the host steps have installed it."""
     from agent.repair.derived_env import LIBRARY_MEMO, find_library

@@ -1,6 +1,6 @@
 """The session trace: one JSONL file, a header line, then one event per line, flushed as written.
 
-Every event passes through the Redactor before it reaches the file. Replay (agent/record/replay.py) serves tool and
+Every event passes through the Redactor before it reaches the file. Replay (agent/readers/replay.py) serves tool and
 LLM results from these events; the postmortem renders them.
 """
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.record.tracefile import Trace
+from agent.readers.tracefile import Trace
 
 
 def shard_lines(trace: Trace) -> list[str]:

@@ -1,7 +1,7 @@
 """The postmortem of a session, from its trace alone: what ran, what broke, what was patched, what it cost.
 
 ``summarize`` turns the events into launches, faults and patches once; the markdown here and the HTML page
-(agent/record/postmortem_html.py) both render that, so the two never disagree. A canary run loads a tiny model, not
+(agent/readers/postmortem_html.py) both render that, so the two never disagree. A canary run loads a tiny model, not
 the target: its time is reported as canary time, never as target load wasted. Numbers are rounded for people
 (agent/record/report.py); the trace keeps them whole.
 """
@@ -17,12 +17,12 @@ from typing import Any
 from agent.answers import answer_lines
 from agent.job import script_argument
 from agent.payloads import CandidateData, ExitData, FaultData, LaunchData, MessageData, PatchData, RunEndData, data_of
+from agent.readers.postmortem_answers import answers_of, chosen_launches
+from agent.readers.postmortem_server import server_lines
+from agent.readers.postmortem_shards import shard_lines
+from agent.readers.tracefile import Trace, read_trace
 from agent.record.people import Shortener, for_people, without_subject
-from agent.record.postmortem_answers import answers_of, chosen_launches
-from agent.record.postmortem_server import server_lines
-from agent.record.postmortem_shards import shard_lines
 from agent.record.report import human_numbers, human_seconds
-from agent.record.tracefile import Trace, read_trace
 from tools.tracebacks import MAX_SUMMARY_CHARS, message_line
 
 # the first phase after loading: reaching it means the weights were in memory

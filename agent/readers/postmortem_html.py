@@ -9,11 +9,11 @@ from __future__ import annotations
 from html import escape
 
 from agent.answers import answer_line
+from agent.readers.postmortem import Summary, rationale, shortener, summarize
+from agent.readers.postmortem_answers import answers_of
+from agent.readers.tracefile import Trace
 from agent.record.people import for_people, without_subject
-from agent.record.postmortem import Summary, rationale, shortener, summarize
-from agent.record.postmortem_answers import answers_of
 from agent.record.report import human_seconds
-from agent.record.tracefile import Trace
 
 OUTCOME_COLOURS = {"exited": "#2e9e44", "crashed": "#d33c3c", "timeout": "#e08a00"}
 STOPPED_COLOUR, UNKNOWN_COLOUR = "#8a5cd1", "#8c8c8c"

@@ -10,7 +10,7 @@ from agent.state import SessionState
 
 
 def replay_shard(state: SessionState, data: ShardData, rest: Sequence[Any], *, after_fault: bool) -> bool:
-    """What a recorded ``shard`` event did to the state (agent/record/replay.py); True when validate's router
+    """What a recorded ``shard`` event did to the state (agent/readers/replay.py); True when validate's router
     chose next."""
     if data.get("verified"):
         state["verified_shards"] = sorted({*(state.get("verified_shards") or []), int(data.get("shard") or 0)})

@@ -1,11 +1,11 @@
-"""What a recorded event says, for replay (agent/record/replay.py): the node it shows ran, and the patch files
+"""What a recorded event says, for replay (agent/readers/replay.py): the node it shows ran, and the patch files
 and frames its data holds in the shape of the graph state."""
 
 from __future__ import annotations
 
 import re
 
-from agent.record.tracefile import Event, Trace
+from agent.readers.tracefile import Event, Trace
 from agent.state import FilePatchData, FrameData
 
 # which node an event shows ran; the first of these after a decision is what the session did

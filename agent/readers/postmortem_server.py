@@ -8,7 +8,7 @@ are a figure only where they mean one: a verified output, or a fix that reran th
 
 from __future__ import annotations
 
-from agent.record.tracefile import Trace
+from agent.readers.tracefile import Trace
 
 
 def server_counts(trace: Trace) -> dict[str, int]:

@@ -65,7 +65,7 @@ from agent.payloads import (
 )
 from agent.payloads import FaultData as FaultEvent
 from agent.payloads import PatchData as PatchEvent
-from agent.record.replay_events import (
+from agent.readers.replay_events import (
     NODE_OF,
     SILENT,
     diff_files,
@@ -78,9 +78,9 @@ from agent.record.replay_events import (
     verify_run,
     where_it_stops,
 )
-from agent.record.replay_shards import replay_shard
+from agent.readers.replay_shards import replay_shard
+from agent.readers.tracefile import Event, Trace, read_trace
 from agent.record.report import render_report
-from agent.record.tracefile import Event, Trace, read_trace
 from agent.state import (
     AnswerData,
     CandidateData,
