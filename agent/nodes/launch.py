@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from agent.deps import Deps
-from agent.job import canary_commands, canary_env, in_target_env, on_canary
+from agent.job import canary_commands, canary_env, canary_ready, in_target_env, on_canary
 from agent.launchers.base import LaunchPlan
 from agent.shards import shards_for
 from agent.state import SessionState
@@ -19,6 +19,8 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     cfg = deps.config
     kind = "canary" if on_canary(state, cfg) else "target"
     command = canary_commands(state, cfg)[0] if kind == "canary" else cfg.target.command
+    if kind == "canary" and not cfg.target.canary_command:
+        canary_ready(deps)  # built while the scan ran (preflight started it)
     # `python ...`, `speculators ...` mean the target env's, not the ones first on the host's PATH
     command, resolved = in_target_env(deps.host, command or [], cfg.target)
     plan = LaunchPlan(n=len(state.get("launches") or []) + 1, kind=kind, command=command, started=deps.clock(),
