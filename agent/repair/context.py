@@ -6,6 +6,7 @@ import ast
 import contextlib
 import difflib
 import re
+import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -60,16 +61,20 @@ def resolve_callee(ctx: RepairContext, src: Source, name: str) -> str | None:
 # ctx.memo keys of library reads (where a module is, what a grep of a library package finds): the scan runs again
 # after every patch, and each read is a probe process; a host step (an install) may change them (nodes/patching.py)
 LIBRARY_READ = "read:"
+ASKING = threading.Lock()
 
 
 def asked_once(ctx: RepairContext, key: str, ask: Callable[[], T]) -> T:
     """``ask()``'s answer, or the MedicError it raised, kept in the session's memo under ``LIBRARY_READ + key``."""
     key = LIBRARY_READ + key
-    if key not in ctx.memo:
-        try:
-            ctx.memo[key] = (True, ask())
-        except MedicError as err:
-            ctx.memo[key] = (False, err)
+    with ASKING:  # the scan's rules run side by side (agent/repair/scan.py): one asks, the others wait for it
+        lock = ctx.memo.setdefault(f"lock:{key}", threading.Lock())
+    with lock:
+        if key not in ctx.memo:
+            try:
+                ctx.memo[key] = (True, ask())
+            except MedicError as err:
+                ctx.memo[key] = (False, err)
     ok, answer = ctx.memo[key]
     if not ok:
         raise answer
