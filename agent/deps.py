@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,10 +48,23 @@ class Deps:
     # a test passes another factory (agent/launchers/scripted.py)
     launcher_factory: Callable[[LauncherDeps], Launcher] = launcher_for
     launcher: Launcher = field(init=False)
+    # work started now and wanted later (the canary's build, while the scan reads the library): by name
+    background: dict[str, Future[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.launcher = self.launcher_factory(LauncherDeps(self.host, self.config, self.record, self.clock,
                                                            self.poll_interval))
+
+    def in_background(self, name: str, work: Callable[[], Any]) -> None:
+        """Start ``work`` on a thread of its own; ``awaited(name)`` gives its answer (or raises its error)."""
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"medic-{name}")
+        self.background[name] = pool.submit(work)
+        pool.shutdown(wait=False)  # the thread ends with its work; nothing else is ever queued on it
+
+    def awaited(self, name: str) -> tuple[bool, Any]:
+        """(whether ``name`` was started in this process and not yet awaited, its answer), waiting for it."""
+        future = self.background.pop(name, None)
+        return (False, None) if future is None else (True, future.result())
 
     def context(self, state: SessionState) -> RepairContext:
         """The repair context, rebuilt from what preflight recorded (so a resumed session has it too)."""

@@ -12,15 +12,19 @@ import os
 import posixpath
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.config import SessionConfig, Target
 from agent.state import SessionState
 from tools import env_scripts
 from tools import source as src_tools
+from tools.canary import build_canary
 from tools.errors import MedicError, UsageError
 from tools.host import Host, read_text
 from tools.model_folder import ModelFolder, model_folders, on_host
+
+if TYPE_CHECKING:
+    from agent.deps import Deps
 
 BARE_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")  # a name PATH would resolve: python, python3, python3.11
 INTERPRETER = re.compile(r"python[0-9.]*")  # the basename of any CPython interpreter
@@ -110,6 +114,30 @@ def job_model_folder(target: Target, host: Host) -> ModelFolder | None:
         return found[0] if found else None
     given = on_host(target.model_dir, target.workdir).rstrip("/")
     return next((f for f in found if f.path == given), ModelFolder(given, target.model_dir, "command"))
+
+
+def canary_folders(target: Target, host: Host) -> tuple[ModelFolder, str] | None:
+    """(the model folder the canary is built from, the canary's folder), when the user named the model folder."""
+    folder = job_model_folder(target, host) if target.model_dir else None
+    if folder is None:
+        return None
+    return folder, f"{target.workdir}/.medic/canary/{folder.path.rstrip('/').rsplit('/', 1)[-1]}"
+
+
+def start_canary_build(deps: Deps, model: str, out: str) -> None:
+    """Build the canary on a thread of its own: it imports torch and transformers in the target env (seconds to
+    a minute) while the scan's probes read the library, and nothing before the canary's launch needs it."""
+    python = deps.config.target.python
+    deps.in_background("canary", lambda: build_canary(deps.host, python, model, out))
+
+
+def canary_ready(deps: Deps) -> None:
+    """Wait for the canary's build (its error, if it failed, is raised here). A resumed session, whose preflight
+    ran in another process, builds it now if it is not there (build_canary keeps a finished one)."""
+    started, _ = deps.awaited("canary")
+    found = None if started else canary_folders(deps.config.target, deps.host)
+    if found is not None:
+        build_canary(deps.host, deps.config.target.python, found[0].path, found[1])
 
 
 def on_canary(state: SessionState, config: SessionConfig) -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 from agent.config import SessionConfig, Target
 from agent.deps import Deps
-from agent.job import job_model_folder
+from agent.job import canary_ready, job_model_folder
 from agent.nodes.preflight import derive_canary
 from agent.nodes.scan import target_architectures
 from agent.record.trace import TraceWriter
@@ -90,8 +90,10 @@ def test_the_canary_takes_the_models_place_wherever_the_job_names_it(lab: LabPat
     command, env = NAMINGS[naming]
     config = SessionConfig(session_id=f"canary-{naming.split()[-1]}",
                            target=target(lab, workdir, command, env, model_dir="tiny"))
-    derived = derive_canary(deps_for(config, tmp_path))
+    deps = deps_for(config, tmp_path)
+    derived = derive_canary(deps)
     assert derived is not None
+    canary_ready(deps)  # built in the background while the scan would run
     canary = str(workdir / ".medic" / "canary" / "tiny")
     assert architectures(LocalHost(), canary) == ("LlamaForCausalLM",)
     run = config.target.model_copy(update={"command": derived["command"],

@@ -10,10 +10,12 @@ import pytest
 
 from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
+from agent.repair.scan import scan
 from agent.repair.scan_members import grafted_member_drift
 from agent.repair.scan_rules import device_drift, protocol_drift, shape_drift
 from agent.repair.types import Fault, RepairContext
 from tests.fixtures_lab import GEN, WORKER
+from tools.host import LocalHost
 from tools.patches import apply_patch
 
 pytestmark = pytest.mark.lab
@@ -123,3 +125,29 @@ def test_each_rule_finds_only_the_kinds_the_registry_pairs_with_it(speculators_c
     seen = {f.finding.kind for faults in found.values() for f in faults if f.finding}
     assert {"protocol_step", "return_shape", "device_call", "grafted_member"} <= seen
     assert repairs_for("grafted_member") == ("renamed_member",)
+
+
+class RecordingHost(LocalHost):
+    """The real host, with each command it starts kept (how many target-env processes a scan costs)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def run(self, command, **kwargs):  # type: ignore[no-untyped-def]
+        self.started.append(command if isinstance(command, str) else " ".join(command))
+        return super().run(command, **kwargs)
+
+
+def test_a_second_pass_asks_the_library_nothing_it_was_told(speculators_copy) -> None:
+    """The scan runs again after every patch: the library's answers of the first pass (where vLLM is, its greps,
+    signatures, torch's device calls) are not asked again."""
+    ctx, site = speculators_copy
+    host = RecordingHost()
+    ctx.host = host
+    first = scan(ctx, str(site / GEN))
+    asked = list(host.started)
+    second = scan(ctx, str(site / GEN))
+    again = host.started[len(asked):]
+    assert [f.fingerprint for f in second] == [f.fingerprint for f in first] and first
+    probes = [c for c in again if c.endswith(" -B -") or "import torch" in c]
+    assert probes == [], probes

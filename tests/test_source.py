@@ -168,6 +168,27 @@ def test_find_symbol_forms_reexports_and_inheritance(lib: Path, extra: list[str]
         source.find_symbol(HOST, PY, "fakelib.core:Engine.nope", path_extra=extra)
 
 
+class CountingHost(LocalHost):
+    def __init__(self) -> None:
+        self.started = 0
+
+    def run(self, command, **kwargs):  # type: ignore[no-untyped-def]
+        self.started += 1
+        return super().run(command, **kwargs)
+
+
+def test_many_signatures_come_from_one_process_each_with_its_own_answer(extra: list[str]) -> None:
+    host = CountingHost()
+    targets = ["fakelib.core:Engine", "fakelib.core:Engine.nope", "fakelib.core.Engine.step"]
+    answers = source.signatures(host, PY, targets, path_extra=extra)
+    assert host.started == 1
+    assert answers["fakelib.core:Engine"] == source.signature(HOST, PY, "fakelib.core:Engine", path_extra=extra)
+    assert answers["fakelib.core.Engine.step"] == source.signature(HOST, PY, "fakelib.core.Engine.step",
+                                                                   path_extra=extra)
+    missing = answers["fakelib.core:Engine.nope"]
+    assert isinstance(missing, SourceError) and "nope" in str(missing)
+
+
 def test_signature_of_functions_and_init(extra: list[str]) -> None:
     sig = source.signature(HOST, PY, "fakelib.core:Engine", path_extra=extra)
     assert [(p.name, p.kind, p.has_default) for p in sig.params] == [

@@ -221,6 +221,14 @@ def signature(host: Host, python: str, target: str, *, path_extra: Sequence[str]
     return _signature(_ask(host, python, "signature", path_extra, target=target))
 
 
+def signatures(host: Host, python: str, targets: Sequence[str], *, path_extra: Sequence[str] = ()
+               ) -> dict[str, Signature | SourceError]:
+    """``signature`` of each target, from one probe process (each process costs a Python start on the host)."""
+    replies = _ask(host, python, "many", path_extra, requests=[{"op": "signature", "target": t} for t in targets])
+    return {target: _signature(reply["result"]) if reply["ok"] else SourceError(reply["error"])
+            for target, reply in zip(targets, replies, strict=True)}
+
+
 def call_sites(
     host: Host,
     python: str,

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from agent.deps import Deps
-from agent.job import canary_commands, canary_env, in_target_env, on_canary
+from agent.job import canary_commands, canary_env, canary_ready, in_target_env, on_canary
 from agent.launchers.base import LaunchPlan
 from agent.remedies import arg_edits, with_options
 from agent.shards import shards_for
@@ -22,6 +22,8 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     command = canary_commands(state, cfg)[0] if kind == "canary" else cfg.target.command
     # the kept option remedies, as the env remedies, go to the canary's runs too: the same library meets them
     command = with_options(command or [], arg_edits(state.get("patches") or []))
+    if kind == "canary" and not cfg.target.canary_command:
+        canary_ready(deps)  # built while the scan ran (preflight started it)
     # `python ...`, `speculators ...` mean the target env's, not the ones first on the host's PATH
     command, resolved = in_target_env(deps.host, command or [], cfg.target)
     plan = LaunchPlan(n=len(state.get("launches") or []) + 1, kind=kind, command=command, started=deps.clock(),

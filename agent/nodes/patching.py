@@ -151,9 +151,10 @@ def apply(state: SessionState, deps: Deps) -> dict[str, Any]:
 # (agent/readers/replay.py) makes the same updates from the recorded events through these.
 def resolved(ctx: RepairContext, cand: Candidate) -> Candidate:
     """The env edits that name a library get its file, now that the host steps have installed it."""
+    from agent.repair.context import LIBRARY_READ
     from agent.repair.derived_env import LIBRARY_MEMO, find_library
 
-    for key in [k for k in ctx.memo if k.startswith(LIBRARY_MEMO)]:  # missing before the host step, maybe not now
+    for key in [k for k in ctx.memo if k.startswith((LIBRARY_MEMO, LIBRARY_READ))]:  # the host step may change them
         del ctx.memo[key]
     edits = []
     for edit in cand.patch.env:

@@ -7,10 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 from agent.deps import Deps
-from agent.job import job_model_folder
+from agent.job import canary_folders, start_canary_build
 from agent.state import SessionState
 from tools import source as src_tools
-from tools.canary import build_canary, canary_job, swap_model
+from tools.canary import canary_job, swap_model
 from tools.envprobe import probe_env
 from tools.errors import SourceError, UsageError
 from tools.wrapper import Wrapped, read_wrapper, with_python
@@ -71,14 +71,15 @@ def patch_roots(deps: Deps) -> list[str]:
 
 def derive_canary(deps: Deps) -> dict[str, Any] | None:
     """A canary of the target model (same architecture, tiny), when the user named the model folder: its command,
-    validator and env point at the canary wherever the job names the model (a word, a default, a variable)."""
+    validator and env point at the canary wherever the job names the model (a word, a default, a variable). The
+    canary itself is built in the background (agent/job.py): the launch node waits for it."""
     target = deps.config.target
     if not (deps.config.canary and target.model_dir and not target.canary_command):
         return None
-    folder = job_model_folder(target, deps.host)
-    assert folder is not None  # model_dir is given
-    name = folder.path.rstrip("/").rsplit("/", 1)[-1]
-    out = build_canary(deps.host, target.python, folder.path, f"{target.workdir}/.medic/canary/{name}")
+    found = canary_folders(target, deps.host)
+    assert found is not None  # model_dir is given
+    folder, out = found
+    start_canary_build(deps, folder.path, out)
     deps.record("canary", "preflight", {"model": folder.path, "canary": out, "named": folder.named, "via": folder.via})
     command, env = canary_job(target.command, folder, out)
     validate = None

@@ -6,6 +6,7 @@ import ast
 import contextlib
 import difflib
 import re
+import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -57,12 +58,52 @@ def resolve_callee(ctx: RepairContext, src: Source, name: str) -> str | None:
     return f"{found[0].module}:{found[0].name}" if found else None
 
 
+# ctx.memo keys of library reads (where a module is, what a grep of a library package finds): the scan runs again
+# after every patch, and each read is a probe process; a host step (an install) may change them (nodes/patching.py)
+LIBRARY_READ = "read:"
+ASKING = threading.Lock()
+
+
+def asked_once(ctx: RepairContext, key: str, ask: Callable[[], T]) -> T:
+    """``ask()``'s answer, or the MedicError it raised, kept in the session's memo under ``LIBRARY_READ + key``."""
+    key = LIBRARY_READ + key
+    with ASKING:  # the scan's rules run side by side (agent/repair/scan.py): one asks, the others wait for it
+        lock = ctx.memo.setdefault(f"lock:{key}", threading.Lock())
+    with lock:
+        if key not in ctx.memo:
+            try:
+                ctx.memo[key] = (True, ask())
+            except MedicError as err:
+                ctx.memo[key] = (False, err)
+    ok, answer = ctx.memo[key]
+    if not ok:
+        raise answer
+    return answer
+
+
+def module_file(ctx: RepairContext, module: str) -> str:
+    """``src_tools.module_path`` in the target env, asked once a session (a patch changes a file, not where it is)."""
+    return asked_once(ctx, f"module:{module}", lambda: src_tools.module_path(ctx.host, ctx.python, module))
+
+
+def library_grep(ctx: RepairContext, package: str, pattern: str, *, glob: str = "*.py",
+                 max_hits: int = 200) -> list[src_tools.GrepHit]:
+    """``src_tools.grep`` over a library package's folder, asked once a session (medic patches the fixable
+    packages, not the library; the signatures and members it reads are kept the same way)."""
+    def ask() -> list[src_tools.GrepHit]:
+        root = module_file(ctx, package).rsplit("/", 1)[0]
+        return src_tools.grep(ctx.host, root, pattern, glob=glob, max_hits=max_hits, python=ctx.python)
+    return list(asked_once(ctx, f"grep:{package}:{glob}:{max_hits}:{pattern}", ask))
+
+
 def across_libraries(ctx: RepairContext, lookup: Callable[..., list[T]], name: str) -> list[T]:
-    """``lookup(host, python, package, name)`` over every library package (one the probe cannot read is skipped)."""
+    """``lookup(host, python, package, name)`` over every library package (one the probe cannot read is skipped),
+    asked once a session."""
     found: list[T] = []
     for package in ctx.library_packages:
         with contextlib.suppress(MedicError):
-            found += lookup(ctx.host, ctx.python, package, name)
+            found += asked_once(ctx, f"{lookup.__name__}:{package}:{name}",
+                                lambda: lookup(ctx.host, ctx.python, package, name))  # noqa: B023 (called at once)
     return found
 
 

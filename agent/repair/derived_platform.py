@@ -18,10 +18,9 @@ import ast
 import json
 import re
 
-from agent.repair.context import candidate, evidence_line, library_definitions, read_source
+from agent.repair.context import candidate, evidence_line, library_definitions, library_grep, read_source
 from agent.repair.edits import Source, callee_name, insert_before_statement, replace_span
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
-from tools import source as src_tools
 from tools.errors import MedicError
 
 NO_METADATA = re.compile(r"No package metadata was found for (?P<name>[\w.-]+)")
@@ -160,8 +159,7 @@ def predicate_names(ctx: RepairContext) -> set[str]:
         names: set[str] = set()
         for package in ctx.library_packages:
             try:
-                root = src_tools.module_path(ctx.host, ctx.python, package).rsplit("/", 1)[0]
-                hits = src_tools.grep(ctx.host, root, PREDICATE_DEF, max_hits=2000, python=ctx.python)
+                hits = library_grep(ctx, package, PREDICATE_DEF, max_hits=2000)
             except MedicError:
                 continue
             names |= {m[1] for h in hits if (m := re.match(PREDICATE_DEF, h.text))}

@@ -16,9 +16,10 @@ are for those.
 from __future__ import annotations
 
 import ast
+from concurrent.futures import ThreadPoolExecutor
 
 from agent.repair.context import read_source
-from agent.repair.registry import DRIFTS
+from agent.repair.registry import DRIFTS, Drift
 from agent.repair.types import Fault, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -53,12 +54,16 @@ def scan(ctx: RepairContext, driver: str | None) -> list[Fault]:
     if "files" not in ctx.memo:
         ctx.memo["files"] = scan_files(ctx, driver)
     sources = [src for path in ctx.memo["files"] if (src := read_source(ctx, path)) is not None]
-    faults: list[Fault] = []
-    for drift in DRIFTS:
+
+    def detect(drift: Drift) -> list[Fault]:
         try:
-            faults += drift.detect(ctx, sources)
+            return drift.detect(ctx, sources)
         except MedicError:
-            continue  # a rule that cannot read the library finds nothing; the canary still runs
-    return faults
+            return []  # a rule that cannot read the library finds nothing; the canary still runs
+
+    # the rules run side by side: each waits on probe processes of the target env (two import torch, seconds
+    # each), and none needs another's answer; their findings keep the registry's order
+    with ThreadPoolExecutor(max_workers=len(DRIFTS), thread_name_prefix="medic-scan") as pool:
+        return [fault for found in pool.map(detect, DRIFTS) for fault in found]
 
 

@@ -14,13 +14,12 @@ import posixpath
 import re
 
 from agent.remedies import host_value
-from agent.repair.context import read_source
+from agent.repair.context import library_grep, module_file, read_source
 from agent.repair.derived_env import QUOTED, choices_asked
 from agent.repair.edits import Source
 from agent.repair.env_checks import env_checks, message_template
 from agent.repair.scan_platform import server_entries
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
-from tools import source as src_tools
 from tools.errors import MedicError
 
 DEVICE_PROBE = "import torch; print(torch.version.cuda or '-', 'cuda' if torch.cuda.is_available() else 'cpu')"
@@ -61,10 +60,8 @@ def environment_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
     faults: list[Fault] = []
     for package in ctx.library_packages:
         try:
-            root = src_tools.module_path(ctx.host, ctx.python, package).rsplit("/", 1)[0]
             hits = [h for word in DEVICE_WORDS.get(device, (device,))
-                    for h in src_tools.grep(ctx.host, root, ENV_READ, glob=f"*{word}*.py", max_hits=2000,
-                                            python=ctx.python)]
+                    for h in library_grep(ctx, package, ENV_READ, glob=f"*{word}*.py", max_hits=2000)]
         except MedicError:
             continue
         for path in dict.fromkeys(h.path for h in hits if for_device(h.path, device)):
@@ -105,7 +102,7 @@ def start_method_drift(ctx: RepairContext, job_env: dict[str, str]) -> list[Faul
     here); the library reads its workers' start method from a variable whose choices include that one. Unless
     the job's environment already chooses it, the first worker would raise: a finding, before any launch."""
     try:
-        path = src_tools.module_path(ctx.host, ctx.python, "torch.cuda")
+        path = module_file(ctx, "torch.cuda")
     except MedicError:
         return []
     src = read_source(ctx, path)
@@ -141,7 +138,7 @@ def entry_sets(ctx: RepairContext, var: str, wanted: str) -> bool:
             return True
         for module, names in called_imports(src.tree).items():
             try:  # one probe per module, however many of its names the entry calls
-                callee = read_source(ctx, src_tools.module_path(ctx.host, ctx.python, module))
+                callee = read_source(ctx, module_file(ctx, module))
             except MedicError:
                 continue
             if callee is not None and any(isinstance(d, ast.FunctionDef) and d.name in names

@@ -12,7 +12,7 @@ import ast
 import contextlib
 import re
 
-from agent.repair.context import library_definitions, module_of, read_source
+from agent.repair.context import library_definitions, library_grep, module_file, module_of, read_source
 from agent.repair.edits import Source, assignment_before
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import source as src_tools
@@ -89,8 +89,7 @@ def built_model_class(ctx: RepairContext) -> ClassRef | None:
         entry = re.compile(rf'"{re.escape(arch)}"\s*:\s*\(\s*"(\w+)"\s*,\s*"(\w+)"\s*\)')
         for package in ctx.library_packages:
             with contextlib.suppress(MedicError):
-                root = src_tools.module_path(ctx.host, ctx.python, package).rsplit("/", 1)[0]
-                for hit in src_tools.grep(ctx.host, root, entry.pattern, python=ctx.python, max_hits=5):
+                for hit in library_grep(ctx, package, entry.pattern, max_hits=5):
                     match, registry = entry.search(hit.text), module_of(ctx, hit.path)
                     if match and registry:
                         return f"{registry.rsplit('.', 1)[0]}.{match[1]}", match[2]
@@ -102,7 +101,7 @@ def built_model_class(ctx: RepairContext) -> ClassRef | None:
 
 def class_def(ctx: RepairContext, ref: ClassRef) -> tuple[Source, ast.ClassDef] | None:
     try:
-        path = src_tools.module_path(ctx.host, ctx.python, ref[0])
+        path = module_file(ctx, ref[0])
     except MedicError:
         return None
     lib = read_source(ctx, path)

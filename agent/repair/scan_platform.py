@@ -18,12 +18,11 @@ import ast
 import json
 import re
 
-from agent.repair.context import library_definitions, read_source
+from agent.repair.context import library_definitions, module_file, read_source
 from agent.repair.derived_platform import METADATA_CALLS, distribution_of, library_predicate
 from agent.repair.edits import Source, callee_name
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import env_scripts
-from tools import source as src_tools
 from tools.errors import MedicError
 
 CLASS_NAME = re.compile(r"^[A-Z][A-Za-z0-9]+$")
@@ -43,7 +42,7 @@ def server_entries(ctx: RepairContext) -> list[str]:
     paths: list[str] = []
     for module in modules:
         try:
-            paths.append(src_tools.module_path(ctx.host, ctx.python, module))
+            paths.append(module_file(ctx, module))
         except MedicError:
             continue
     ctx.memo["server_entries"] = paths

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator
 
 from agent.repair.callgraph import bind_constants, reached
-from agent.repair.context import read_source
+from agent.repair.context import library_grep, read_source
 from agent.repair.derived_dataflow import (
     MUST_CALL,
     SHAPE_DRIFT,
@@ -31,7 +31,6 @@ from agent.repair.derived_dataflow import (
 from agent.repair.derived_values import Substitute
 from agent.repair.edits import Source, callee_name
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
-from tools import source as src_tools
 from tools.errors import MedicError
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -71,8 +70,7 @@ def library_protocols(ctx: RepairContext) -> list[tuple[str, str, str, str]]:
         found: list[tuple[str, str, str, str]] = []
         for package in ctx.library_packages:
             try:
-                root = src_tools.module_path(ctx.host, ctx.python, package).rsplit("/", 1)[0]
-                hits = src_tools.grep(ctx.host, root, r"must be called", python=ctx.python)
+                hits = library_grep(ctx, package, r"must be called")
             except MedicError:
                 continue
             for path in dict.fromkeys(h.path for h in hits):
@@ -187,18 +185,19 @@ def device_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
     direct = {(f[0].file, f[0].line) for f, _, _ in sites}
     sites += [site for src in sources for site in helper_device_calls(ctx, src) if (site[0][-1].file,
               site[0][-1].line) not in direct]  # a helper the scan reads itself is reported where it calls
-    exprs = sorted({expr for *_, expr in sites})
-    key = f"device:{json.dumps(exprs)}"
-    if not exprs:
-        return []
-    if key not in ctx.memo:
+    # each expression is asked once a session (it imports torch: seconds): after the patch of one device call the
+    # scan runs again over the others, whose answers it has
+    exprs = sorted({expr for *_, expr in sites if f"device:{expr}" not in ctx.memo})
+    if exprs:
         result = ctx.host.run([ctx.python, "-c", DEVICE_PROBE, json.dumps(exprs)], timeout=120)
         reply = next((line[len(DEVICE_MARK):] for line in result.stdout.splitlines() if line.startswith(DEVICE_MARK)),
                      None)
-        ctx.memo[key] = json.loads(reply)["raised"] if reply else {}
+        raised_by = json.loads(reply)["raised"] if reply else {}
+        for expr in exprs:  # no answer (the probe died) is no finding, as before
+            ctx.memo[f"device:{expr}"] = raised_by.get(expr)
     faults: list[Fault] = []
     for frames, where, expr in sites:
-        raised = ctx.memo[key].get(expr)
+        raised = ctx.memo.get(f"device:{expr}")
         fingerprint = f"scan:device:{where}:{expr}"
         if raised is None or any(f.fingerprint == fingerprint for f in faults):
             continue

@@ -14,21 +14,23 @@ from tools.errors import MedicError
 
 
 def signature_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
+    calls = [(src, call, name, module) for src in sources
+             for call in (n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
+             if (name := callee_name(call)) and (module := src.imported_from(name))
+             and module.split(".")[0] in ctx.api_packages(src.path)]
+    asked = list(dict.fromkeys(f"{module}:{name}" for *_, name, module in calls
+                               if f"signature:{module}:{name}" not in ctx.memo))
+    try:  # every signature not yet known, from one probe process
+        answers: dict[str, object] = dict(src_tools.signatures(ctx.host, ctx.python, asked)) if asked else {}
+    except MedicError:
+        answers = {}
+    for target in asked:
+        sig = answers.get(target)
+        ctx.memo[f"signature:{target}"] = sig if isinstance(sig, src_tools.Signature) else None
     faults: list[Fault] = []
-    for src in sources:
-        for call in (n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
-            name = callee_name(call)
-            module = src.imported_from(name or "")
-            if not name or not module or module.split(".")[0] not in ctx.api_packages(src.path):
-                continue
-            key = f"signature:{module}:{name}"
-            if key not in ctx.memo:
-                try:
-                    ctx.memo[key] = src_tools.signature(ctx.host, ctx.python, f"{module}:{name}")
-                except MedicError:
-                    ctx.memo[key] = None
-            if ctx.memo[key] is not None:
-                faults += drift_at(src, call, name, ctx.memo[key])
+    for src, call, name, module in calls:
+        if ctx.memo[f"signature:{module}:{name}"] is not None:
+            faults += drift_at(src, call, name, ctx.memo[f"signature:{module}:{name}"])
     return faults
 
 

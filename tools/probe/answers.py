@@ -208,14 +208,22 @@ OPS: dict[str, Any] = {
 }
 
 
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    request = dict(request)
+    try:
+        return {"ok": True, "result": OPS[request.pop("op")](**request)}
+    except ProbeError as exc:
+        return {"ok": False, "error": str(exc)}
+    except Exception as exc:
+        return {"ok": False, "error": f"source probe failed: {type(exc).__name__}: {exc}"}
+
+
+# many questions, one process: each answer (or its error) in the order asked
+OPS["many"] = lambda requests: [answer(request) for request in requests]
+
+
 def main(request_json: str) -> None:
     request = json.loads(request_json)
     # The caller's folder must not shadow the installed package; extra paths (tests, PYTHONPATH) go first.
     sys.path[:] = list(request.pop("path_extra", [])) + [p for p in sys.path if p not in ("", ".")]
-    try:
-        reply = {"ok": True, "result": OPS[request.pop("op")](**request)}
-    except ProbeError as exc:
-        reply = {"ok": False, "error": str(exc)}
-    except Exception as exc:
-        reply = {"ok": False, "error": f"source probe failed: {type(exc).__name__}: {exc}"}
-    sys.stdout.write(MARK + json.dumps(reply) + "\n")
+    sys.stdout.write(MARK + json.dumps(answer(request)) + "\n")
