@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,8 @@ def write_reports(results: dict[str, dict[str, Any]], path: Path) -> None:
 
 def record(key: str, row: dict[str, Any], path: Path = RESULTS_JSON) -> None:
     """Merge one run into the results (under a lock: another flavour's bench may write too) and rewrite both."""
-    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+    # the lock lives outside the checkout, so it is never committed with the results
+    with open(Path(tempfile.gettempdir()) / f"medic-{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         results = load_results(path)
         results[key] = row
