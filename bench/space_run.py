@@ -149,7 +149,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         from bench.space_necessity import leave_each_out
 
         kept = list(read_checkpoint(session)[0].get("patches") or [])
-        necessity = leave_each_out(config, kept, lambda: lab_checker(str(spec["flavour"]), lab).returncode == 0)
+        try:
+            necessity = leave_each_out(config, kept, lambda: lab_checker(str(spec["flavour"]), lab).returncode == 0)
+        except Exception as err:  # the oracle's own failure never loses the session's verdict
+            necessity = {"error": f"{type(err).__name__}: {err}"}
     return {"medic_outcome": outcome, "host_steps": steps, "seconds": seconds, "necessity": necessity,
             "trace": str(traces / f"{session}.jsonl")}
 
