@@ -66,7 +66,7 @@ def test_the_scan_reads_the_architecture_however_the_model_is_named(lab: LabPath
                                                                      naming: str) -> None:
     command, env = NAMINGS[naming]
     config = SessionConfig(session_id="scan", target=target(lab, workdir, command, env))
-    assert target_architectures(deps_for(config, tmp_path)) == ("LlamaForCausalLM",)  # what the scan reads
+    assert target_architectures(deps_for(config, tmp_path), {}) == ("LlamaForCausalLM",)  # what the scan reads
     folder = job_model_folder(config.target, LocalHost())
     assert folder is not None and folder.path == str(workdir / "tiny"), folder
 

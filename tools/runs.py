@@ -72,7 +72,8 @@ class RunStatus:
 # removes it too when the wrapper itself had to be killed. Only a folder of that name is ever removed.
 _MAKE_IPC_SH = (f't=$(mktemp -d "${{TMPDIR:-/tmp}}/{ipc_dir.PREFIX}XXXXXX") && printf \'%s\\n\' "$t" > "$d/ipc" '
                 "&& export @VARS@\n")
-_DROP_IPC_SH = (f't=$(cat "$d/ipc" 2>/dev/null); case "$t" in */{ipc_dir.PREFIX}*) rm -rf "$t";; esac\n')
+_DROP_IPC_SH = (f't=$(cat "$d/ipc" 2>/dev/null); case "$t" in */{ipc_dir.PREFIX}*) '
+                'find "$t" -depth -delete 2>/dev/null;; esac\n')
 
 # Written by medic. The pid comes first, so a run is never without one; the exit code is renamed into place,
 # so a reader sees no exit file or a whole one. The TERM trap lets stop() TERM the whole group and still get
