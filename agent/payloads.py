@@ -13,7 +13,7 @@ import types
 from typing import Any, Literal, TypedDict, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from agent.events import EventKind
-from agent.state import CheckResult
+from agent.patch_records import CheckResult
 
 Frames = list[str]  # "file:line func", innermost last
 

@@ -31,11 +31,11 @@ from agent.config import SessionConfig, medic_home
 from agent.deps import Deps
 from agent.graph import build_graph
 from agent.job import missing_script
+from agent.launch_records import launch_record
 from agent.record.people import Shortener
 from agent.record.trace import TraceWriter
 from agent.record.view import View
 from agent.repair.engine import RepairEngine
-from agent.state import launch_record
 from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host, LocalHost
 from tools.redact import Redactor

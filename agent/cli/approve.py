@@ -30,9 +30,9 @@ from agent.cli.live import drive
 from agent.cli.run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
+from agent.patch_records import CandidateData
 from agent.policy import decide, load_policy, package_of, proposal_files
 from agent.session import connect_host, load_config, make_deps, read_checkpoint, read_failure, run_session
-from agent.state import CandidateData
 from tools.console import make_console
 from tools.diffs import ArgEdit, EnvEdit
 from tools.errors import MedicError, SessionError, UsageError

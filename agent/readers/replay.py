@@ -43,8 +43,10 @@ from agent.answers import asked_again, confirm_answered, replayed_answer
 from agent.codec import fault_from_dict
 from agent.decisions import set_aside, taken_off
 from agent.faults import model_patch_failed, model_patch_newest, record_fault
+from agent.launch_records import LaunchRecord, launch_record
 from agent.nodes.patching import revert_index
 from agent.nodes.watch import run_ended
+from agent.patch_records import AnswerData, CandidateData, FaultData
 from agent.payloads import CandidateData as CandidateEvent
 from agent.payloads import (
     ConfirmData,
@@ -67,7 +69,7 @@ from agent.readers.replay_events import diff_files, frame_of, medic_failed, redo
 from agent.readers.replay_shards import replay_shard
 from agent.readers.tracefile import Event, read_trace
 from agent.record.report import render_report
-from agent.state import AnswerData, CandidateData, FaultData, LaunchRecord, PreflightInfo, launch_record
+from agent.state import PreflightInfo
 
 
 class _Replay(CheckSteps):

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from agent.config import SessionConfig
+from agent.patch_records import CandidateData, CheckResult
 from agent.readers.replay_events import NODE_OF, SILENT, node_of, refused_revert
 from agent.readers.tracefile import Event, Trace
-from agent.state import CandidateData, CheckResult, SessionState
+from agent.state import SessionState
 from tools.errors import TraceError
 
 

@@ -25,6 +25,7 @@ from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
+from agent.patch_records import CheckResult
 from agent.payloads import (
     ApprovalData,
     ChecksQueuedData,
@@ -38,7 +39,6 @@ from agent.payloads import (
 )
 from agent.record.people import Shortener, for_people, human_seconds
 from agent.record.view import View
-from agent.state import CheckResult
 
 LOADING = ("starting", "importing", "loading")  # the phases before the weights are in memory: the ETA's span
 LOADED = ("kv_cache", "warmup", "extracting", "done")

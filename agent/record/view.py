@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from agent.patch_records import CheckResult
 from agent.payloads import (
     ApprovalData,
     CandidateData,
@@ -38,7 +39,6 @@ from agent.payloads import (
 )
 from agent.record.people import Shortener, for_people, without_repeat, without_subject
 from agent.record.report import human_seconds
-from agent.state import CheckResult
 from tools.console import make_console
 
 QUIET_KINDS = {"llm", "checks_queued"}
