@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.payloads import CandidateData, ExitData, FaultData, LaunchData, MessageData, PatchData, RunEndData, data_of
+from agent.patch_payloads import CandidateData, FaultData, PatchData
+from agent.payloads import ExitData, MessageData, data_of
 from agent.readers.postmortem_answers import chosen_launches
 from agent.readers.tracefile import Trace
 from agent.record.report import human_numbers, human_seconds
+from agent.run_payloads import LaunchData, RunEndData
 from tools.tracebacks import MAX_SUMMARY_CHARS, message_line
 
 # the first phase after loading: reaching it means the weights were in memory

@@ -46,29 +46,19 @@ from agent.faults import model_patch_failed, model_patch_newest, record_fault
 from agent.launch_records import LaunchRecord, launch_record
 from agent.nodes.patching import revert_index
 from agent.nodes.watch import run_ended
+from agent.patch_payloads import CandidateData as CandidateEvent
+from agent.patch_payloads import ConfirmData, NoRepairData, NotProposedData
+from agent.patch_payloads import FaultData as FaultEvent
+from agent.patch_payloads import PatchData as PatchEvent
 from agent.patch_records import AnswerData, CandidateData, FaultData
-from agent.payloads import CandidateData as CandidateEvent
-from agent.payloads import (
-    ConfirmData,
-    ExitData,
-    LaunchData,
-    MessageData,
-    NoRepairData,
-    NotProposedData,
-    PreflightData,
-    RunEndData,
-    ShardData,
-    ValidateData,
-    data_of,
-)
-from agent.payloads import FaultData as FaultEvent
-from agent.payloads import PatchData as PatchEvent
+from agent.payloads import ExitData, MessageData, PreflightData, ValidateData, data_of
 from agent.readers.replay_checks import CheckSteps
 from agent.readers.replay_core import ReplayResult
 from agent.readers.replay_events import diff_files, frame_of, medic_failed, redone, refused_revert, where_it_stops
 from agent.readers.replay_shards import replay_shard
 from agent.readers.tracefile import Event, read_trace
 from agent.record.report import render_report
+from agent.run_payloads import LaunchData, RunEndData, ShardData
 from agent.state import PreflightInfo
 
 

@@ -9,9 +9,9 @@ from agent.codec import check_from_dict
 from agent.decisions import kept
 from agent.nodes.patching import queue_checks
 from agent.nodes.watch import environment_checks
+from agent.patch_payloads import PatchData as PatchEvent
 from agent.patch_records import CandidateData, CheckResult
 from agent.payloads import ChecksQueuedData, data_of
-from agent.payloads import PatchData as PatchEvent
 from agent.readers.replay_core import ReplayCore
 from agent.readers.replay_events import NODE_OF, diff_files, until, verify_run
 from agent.readers.tracefile import Event
