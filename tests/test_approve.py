@@ -44,7 +44,8 @@ except MedicError as err:
 """
 AGENT = """
 import sys, time
-from agent.session import load_config, run_session
+from agent.session import run_session
+from agent.session_files import load_config
 print(run_session(load_config(sys.argv[1]))[0], flush=True)
 time.sleep(600)  # a medic that lingers while it waits: the test kills it
 """

@@ -32,7 +32,8 @@ from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
 from agent.patch_records import CandidateData
 from agent.policy import decide, load_policy, package_of, proposal_files
-from agent.session import connect_host, load_config, make_deps, read_checkpoint, read_failure, run_session
+from agent.session import connect_host, make_deps, read_checkpoint, run_session
+from agent.session_files import load_config, read_failure
 from tools.console import make_console
 from tools.diffs import ArgEdit, EnvEdit
 from tools.errors import MedicError, SessionError, UsageError
