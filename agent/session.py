@@ -175,8 +175,8 @@ def _drive(config: SessionConfig, deps: Deps, resume: Any, step: dict[str, Any])
 
 def upgrade_records(graph: Any, thread: dict[str, Any], snapshot: Any) -> None:
     """A session checkpointed by a medic whose launch records did not yet name their launcher (a person may answer
-    an approval days later, after an upgrade): its records get one (agent/state.py launch_record). The update is
-    written as the node that wrote last, so the step the session waits at stays the next one."""
+    an approval days later, after an upgrade): its records get one (agent/launch_records.py launch_record). The
+    update is written as the node that wrote last, so the step the session waits at stays the next one."""
     values = snapshot.values or {}
     records = [*(values.get("launches") or []), *([values["run"]] if values.get("run") else [])]
     if all("launcher" in record for record in records):

@@ -62,7 +62,7 @@ class LaunchPlan:
         return f"{config.host_dir}/launches/L{self.n}.json"
 
     def fields(self) -> LaunchBase:
-        """What every launch's record starts with; the launcher adds its own (agent/state.py LaunchRecord)."""
+        """What every launch's record starts with; the launcher adds its own (agent/launch_records.py LaunchRecord)."""
         return {"n": self.n, "kind": self.kind, "started": self.started, "exit_code": None, "phases": {},
                 "checks_during_load": []}
 
