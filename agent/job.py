@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from agent.config import SessionConfig, Target
 from agent.state import SessionState
@@ -23,8 +23,17 @@ from tools.errors import MedicError, UsageError
 from tools.host import Host, read_text
 from tools.model_folder import ModelFolder, model_folders, on_host
 
-if TYPE_CHECKING:
-    from agent.deps import Deps
+
+class Background(Protocol):
+    """What the canary's build asks of the session's deps (agent/deps.py): its target, its host, and work started
+    now and awaited later — named here so this module stays below deps."""
+
+    config: SessionConfig
+    host: Host
+
+    def in_background(self, name: str, work: Callable[[], Any]) -> None: ...
+
+    def awaited(self, name: str) -> tuple[bool, Any]: ...
 
 BARE_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")  # a name PATH would resolve: python, python3, python3.11
 INTERPRETER = re.compile(r"python[0-9.]*")  # the basename of any CPython interpreter
@@ -124,14 +133,14 @@ def canary_folders(target: Target, host: Host) -> tuple[ModelFolder, str] | None
     return folder, f"{target.workdir}/.medic/canary/{folder.path.rstrip('/').rsplit('/', 1)[-1]}"
 
 
-def start_canary_build(deps: Deps, model: str, out: str) -> None:
+def start_canary_build(deps: Background, model: str, out: str) -> None:
     """Build the canary on a thread of its own: it imports torch and transformers in the target env (seconds to
     a minute) while the scan's probes read the library, and nothing before the canary's launch needs it."""
     python = deps.config.target.python
     deps.in_background("canary", lambda: build_canary(deps.host, python, model, out))
 
 
-def canary_ready(deps: Deps) -> None:
+def canary_ready(deps: Background) -> None:
     """Wait for the canary's build (its error, if it failed, is raised here). A resumed session, whose preflight
     ran in another process, builds it now if it is not there (build_canary keeps a finished one)."""
     started, _ = deps.awaited("canary")

@@ -1,7 +1,7 @@
 """The space bench's oracles, none of them medic's own word: the lab's checker on what medic verified; a kept
 change in a session that did not verify (or a caller's drift "fixed" inside vLLM) is wrong; a stop is honest
 only when its report names the first fatal line, the side it belongs to, and why no change medic may make
-reaches it."""
+reaches it. A change kept by a session that stopped is counted apart, as unproven."""
 
 from __future__ import annotations
 
@@ -56,8 +56,11 @@ def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict
     kept = s.kept
     needless = list((row.get("necessity") or {}).get("needless") or []) if verified else []
     in_vllm = [p for p in kept if any("/site-packages/vllm/" in f"/{f}" for f in p.files)]
-    wrong = {p.id for p in kept} if not verified else set()
-    wrong |= {p.id for p in in_vllm if not library_answer(p)}
+    # wrong (issue 33): a kept change that is needless (the necessity oracle) or changes behaviour — a caller's
+    # drift "fixed" inside vLLM. A change kept by a session that stopped is unproven, not wrong: no output says
+    # whether it was needed (a supported model on the same pair would meet it).
+    wrong = {p.id for p in in_vllm if not library_answer(p)}
+    unproven = sorted(p.id for p in kept) if not verified else []
     last = s.faults[-1] if s.faults else None
     first_line = last.summary.strip().splitlines()[0][:200] if last and last.summary.strip() else ""
     honest = (not verified and not wrong and bool(first_line) and bool(s.detail.strip())
@@ -72,7 +75,7 @@ def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict
         "outcome": "verified" if verified else ("FALSE SUCCESS" if medic_verified else s.outcome),
         "detail": s.detail.strip().splitlines()[0][:300] if s.detail.strip() else "",
         "verified": verified, "false_success": medic_verified and not checker_ok, "checker": checker_said[:200],
-        "honest_stop": honest, "wrong": sorted(wrong | set(needless)), "needless": needless,
+        "honest_stop": honest, "wrong": sorted(wrong | set(needless)), "needless": needless, "unproven": unproven,
         "needed": (row.get("necessity") or {}).get("needed"), "necessity_unknown": (row.get("necessity") or {}).get(
             "unknown"),
         "target_launches": loads, "canary_launches": len(s.canaries), "naive_launches": naive,

@@ -51,8 +51,10 @@ def _rewrite(files: list[dict[str, Any]], forward: bool) -> None:
 def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok: Any) -> dict[str, Any]:
     """``kept``: the session's kept patches (state["patches"]); ``judged_ok()``: the lab's checker on the output.
     Returns {"needless": [ids], "needed": [ids], "unknown": {id: why}}."""
-    from agent.cli.stop import stop
+    from agent.cli.stop import left_running
     from agent.session import run_session
+    from tools import runs
+    from tools.host import LocalHost
 
     verdict: dict[str, Any] = {"needless": [], "needed": [], "unknown": {}}
     for entry in kept:
@@ -74,8 +76,10 @@ def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok:
                                           "mode": "approve", "budgets": Budgets(max_launches=1, max_wall=1800.0)})
         try:
             outcome, _ = run_session(probe)
-        finally:
-            stop(session)  # a server kept loaded for the person's answer
+        finally:  # a server kept loaded for the person's answer ends here
+            trace = Path(config.traces_dir) / f"{session}.jsonl"
+            left = left_running(trace) if trace.exists() else []
+            runs.stop_all(LocalHost(), [runs.Run.in_dir(run.run_dir) for run in left])
             _rewrite(files, forward=True)
         needless = outcome == "verified" and bool(judged_ok())
         verdict["needless" if needless else "needed"].append(pid)

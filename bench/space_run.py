@@ -90,29 +90,34 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity
             shutil.rmtree(root, ignore_errors=True)
         return failed
     copy = work / pair.key.replace(":", "_")
-    home = work / "home"
     try:
         private_copy(pair, built, copy)
-        child = subprocess.run(
-            [sys.executable, "-m", "bench.space_run", json.dumps({"flavour": pair.flavour, "lab": str(copy),
-                                                                  "session": f"space-{pair.key.replace(':', '_')}",
-                                                                  "max_launches": max_launches,
-                                                                  "necessity": necessity})],
-            cwd=ROOT, env={**os.environ, "MEDIC_HOME": str(home)}, capture_output=True, text=True,
-            stdin=subprocess.DEVNULL)
-        (work / f"{copy.name}.log").write_text(child.stdout + child.stderr)
-        try:
-            row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
-            return {"outcome": "bench error", "detail": f"the child exited {child.returncode}: {tail}"}
-        row.update(judge(pair, copy, Path(row.pop("trace")), row))
-        return row
+        return medic_on_copy(pair, copy, work, max_launches, necessity=necessity)
     finally:
         if not keep:
             shutil.rmtree(copy, ignore_errors=True)
             if fresh and built not in KEPT_LABS:
                 shutil.rmtree(root, ignore_errors=True)
+
+
+def medic_on_copy(pair: Pair, copy: Path, work: Path, max_launches: int, *, necessity: bool = False
+                  ) -> dict[str, Any]:
+    """medic in a child process on a private pristine copy, then the oracles on what it said."""
+    session = f"space-{copy.name}"
+    child = subprocess.run(
+        [sys.executable, "-m", "bench.space_run", json.dumps({"flavour": pair.flavour, "lab": str(copy),
+                                                              "session": session, "max_launches": max_launches,
+                                                              "necessity": necessity})],
+        cwd=ROOT, env={**os.environ, "MEDIC_HOME": str(work / "home")}, capture_output=True, text=True,
+        stdin=subprocess.DEVNULL)
+    (work / f"{copy.name}.log").write_text(child.stdout + child.stderr)
+    try:
+        row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        tail = (child.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"outcome": "bench error", "detail": f"the child exited {child.returncode}: {tail}"}
+    row.update(judge(pair, copy, Path(row.pop("trace")), row))
+    return row
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +149,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         from bench.space_necessity import leave_each_out
 
         kept = list(read_checkpoint(session)[0].get("patches") or [])
-        necessity = leave_each_out(config, kept, lambda: lab_checker(str(spec["flavour"]), lab).returncode == 0)
+        try:
+            necessity = leave_each_out(config, kept, lambda: lab_checker(str(spec["flavour"]), lab).returncode == 0)
+        except Exception as err:  # the oracle's own failure never loses the session's verdict
+            necessity = {"error": f"{type(err).__name__}: {err}"}
     return {"medic_outcome": outcome, "host_steps": steps, "seconds": seconds, "necessity": necessity,
             "trace": str(traces / f"{session}.jsonl")}
 

@@ -1,0 +1,63 @@
+"""The space bench's architectures column: which architectures are read from vLLM's own source, and each one's
+tiny config is built by the lab's transformers (no vLLM launch)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench.space_arch import MAKER, eagle3_architectures, models_dir
+from lab.build import LabPaths
+
+MODEL = "class {name}({bases}):\n    pass\n"
+
+
+def write_models(root: Path, registry: dict[str, tuple[str, str]], classes: dict[str, list[tuple[str, str]]]) -> Path:
+    models = root / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    (models / "interfaces.py").write_text("class SupportsEagle3:\n    pass\n")
+    (models / "registry.py").write_text(f"_TEXT_GENERATION_MODELS = {registry!r}\n")
+    for module, defs in classes.items():
+        (models / f"{module}.py").write_text("".join(MODEL.format(name=n, bases=b) for n, b in defs))
+    return models
+
+
+def test_architectures_are_read_from_the_installed_vllm_source(tmp_path: Path) -> None:
+    """Names no real vLLM has: a hard-coded list cannot pass. A subclass of a supporting class supports too, and
+    an architecture is the registry's name, whatever its class is called."""
+    models = write_models(
+        tmp_path,
+        {"FooForCausalLM": ("foo", "FooForCausalLM"), "RenamedForCausalLM": ("foo", "FooChild"),
+         "BarForCausalLM": ("bar", "BarForCausalLM"), "FooModel": ("foo", "FooForCausalLM")},
+        {"foo": [("FooForCausalLM", "nn.Module, SupportsPP, SupportsEagle3"), ("FooChild", "FooForCausalLM")],
+         "bar": [("BarForCausalLM", "nn.Module, SupportsPP")]},
+    )
+    assert eagle3_architectures(models) == {"BarForCausalLM": False, "FooForCausalLM": True,
+                                            "RenamedForCausalLM": True}
+
+
+@pytest.mark.lab
+def test_each_eagle3_architecture_gets_a_tiny_config_from_the_lab_transformers(lab: LabPaths, tmp_path: Path) -> None:
+    archs = eagle3_architectures(models_dir(lab.root))
+    assert archs["Qwen3MoeForCausalLM"] and archs["MistralForCausalLM"] and not archs["Gemma3ForCausalLM"]
+    wanted = [a for a, ok in archs.items() if ok] + ["Gemma3ForCausalLM"]
+    done = subprocess.run([str(lab.python), str(MAKER), str(tmp_path), "--arch", ",".join(wanted), "--config-only"],
+                          capture_output=True, text=True, timeout=600)
+    said = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert set(said) == set(wanted), done.stderr[-2000:]
+    built = [a for a, word in said.items() if word.startswith("ok ")]
+    # every other line is transformers' own refusal, never a crash of the maker
+    assert all(a in built or word.startswith("transformers has no model class") for a, word in said.items()), said
+    assert {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM", "Gemma3ForCausalLM"} <= set(built)
+    for arch in built:
+        config = json.loads((tmp_path / arch / "config.json").read_text())
+        assert config["architectures"] == [arch]
+        assert config["hidden_size"] == 128 and config["num_hidden_layers"] == 8, arch
+        if "head_dim" in config:
+            assert config["head_dim"] == 64, arch  # a head size vLLM's CPU attention supports
+        for experts in ("num_experts", "num_local_experts"):
+            if experts in config:
+                assert config[experts] == 4, arch
