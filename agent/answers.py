@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.codec import patch_diff
-from agent.state import AnswerData, CandidateData, FaultData, SessionState
+from agent.patch_records import AnswerData, CandidateData, FaultData
+from agent.state import SessionState
 from tools.diffs import EnvEdit
 
 LAUNCH_QUESTION = "the only repair for a fault that will crash the job was rejected: launch anyway, edit, or stop"

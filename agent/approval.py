@@ -8,7 +8,8 @@ from agent.answers import LAUNCH_ACTIONS, LAUNCH_QUESTION, answered, entry
 from agent.codec import patch_to_dict, proposal_of
 from agent.decisions import set_aside
 from agent.deps import Deps
-from agent.state import CandidateData, PatchData, SessionState
+from agent.patch_records import CandidateData, PatchData
+from agent.state import SessionState
 from tools.errors import PatchError, SessionError, UsageError
 from tools.host import Host
 from tools.patches import Patch, patch_from_diff, sha256

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, cast
 
+from agent.patch_records import CandidateData, CheckData, FaultData, PatchData
 from agent.repair.types import Candidate, Check, Fault, Finding, FrameRef, OutputFacts
-from agent.state import CandidateData, CheckData, FaultData, PatchData, SessionState
+from agent.state import SessionState
 from tools.patches import Patch
 
 

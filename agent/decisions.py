@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.state import CandidateData, KeptPatch, SessionState
+from agent.patch_records import CandidateData, KeptPatch
+from agent.state import SessionState
 
 
 def kept(state: SessionState, proposal: CandidateData) -> dict[str, Any]:

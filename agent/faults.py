@@ -20,8 +20,9 @@ from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
 from agent.codec import fault_to_dict
+from agent.patch_records import FaultData, KeptPatch
 from agent.repair.types import Fault, FaultStage, FrameRef
-from agent.state import FaultData, KeptPatch, SessionState
+from agent.state import SessionState
 from tools import env_scripts, logs, tracebacks
 from tools.fatal import Fatal, first_fatal
 from tools.fingerprint import normalise_message

@@ -4,6 +4,7 @@ The writer (``Deps.record``, agent/record/trace.py) checks every event against i
 ``MEDIC_STRICT_EVENTS`` is set (the test suite sets it), so a key nobody declared fails a test instead of being a
 field no reader knows; the readers (live view, panel, postmortem, replay) read ``data_of(event, Kind)``. Every
 payload is ``total=False``: a trace written by an older medic lacks keys, and a reader must say so, not crash.
+A launch's payloads are in agent/run_payloads.py, a repair's in agent/patch_payloads.py.
 """
 
 from __future__ import annotations
@@ -13,9 +14,18 @@ import types
 from typing import Any, Literal, TypedDict, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from agent.events import EventKind
-from agent.state import CheckResult
-
-Frames = list[str]  # "file:line func", innermost last
+from agent.patch_payloads import (
+    ApprovalData,
+    CandidateData,
+    ConfirmData,
+    FaultData,
+    HostStepData,
+    NoRepairData,
+    NotProposedData,
+    PatchData,
+)
+from agent.patch_records import CheckResult
+from agent.run_payloads import LaunchData, PhaseData, ResubmitData, RunEndData, SchedulerData, ServerData, ShardData
 
 
 class PreflightData(TypedDict, total=False):
@@ -68,164 +78,6 @@ class CanaryData(TypedDict, total=False):
     canary: str
     named: str  # how the job named the model folder (tools/model_folder.py)
     via: str
-
-
-class LaunchData(TypedDict, total=False):
-    n: int
-    kind: str  # "target" | "canary" | "server"
-    run_dir: str
-    command: list[str]
-    reattached: bool
-    interpreter: dict[str, Any]  # which bare python name ran as the target's python
-    script: dict[str, Any]  # which program of the target env ran for the command head (given, ran)
-    job_id: str
-    job_name: str
-    shards: list[int]
-    shard_runs: dict[str, Any]
-    reattached_shards: list[int]
-
-
-class PhaseData(TypedDict, total=False):
-    phase: str
-    percent: float | None
-    eta: float | None
-    launch: int
-
-
-class RunEndData(TypedDict, total=False):
-    outcome: str
-    exit_code: int | None
-    seconds: float
-    launch: int
-    phases: dict[str, float]
-    failed_patch: str | None
-
-
-class ServerData(TypedDict, total=False):
-    event: str  # started, ready, failed, reused, reattached, stopped, gone, …
-    n: int
-    run_dir: str
-    log: str
-    port: int
-    pid: int | None
-    command: list[str]
-    clients: int
-    why: str
-    seconds: float
-    exit_code: int | None
-    interpreter: dict[str, Any]
-    script: dict[str, Any]
-
-
-class SchedulerData(TypedDict, total=False):
-    job_id: str
-    state: str
-    reason: str
-    launch: int
-
-
-class ResubmitData(TypedDict, total=False):
-    launch: int | None
-    job_id: str | None
-    state: str
-    count: int
-    backoff: float
-    shards: list[int]
-    given_up: bool
-
-
-class ShardData(TypedDict, total=False):
-    shard: int
-    verified: bool
-    launch: int | None
-    of: int
-    detail: str
-    before_launch: bool
-
-
-class FaultData(TypedDict, total=False):
-    stage: str
-    summary: str
-    proc: str | None
-    fingerprint: str
-    repeated: bool
-    frames: Frames
-    side: str | None  # a server job: "server" or "client"
-    server: int | None  # the server (S<n>) of the side that failed
-    finding: str | None  # the scan's finding kind
-    evidence: list[str]  # the validator's failing lines
-    facts: dict[str, Any] | None  # OutputFacts: what medic's own check measured in a wrong output
-
-
-class CandidateData(TypedDict, total=False):
-    patch_id: str
-    origin: str
-    rationale: str
-    evidence: Any
-    diff: str
-    checks: list[Any]
-    env: list[str]
-    host_steps: list[str]
-    args: list[str]  # options set on the job's (or server's) command: "--block-size 16"
-
-
-class NoRepairData(TypedDict, total=False):
-    fault: str
-    why: str
-    left_for: str
-    outcome: str  # an outcome of its own (not_found, rejected), not the plain no_repair
-    asks: str  # a scan fault whose repair a person rejected: the question asked next (agent/answers.py)
-    patch_id: str  # the rejected patch that question is about
-
-
-class PatchData(TypedDict, total=False):  # applied, patch_refused, reverted
-    patch_id: str
-    origin: str
-    rationale: str
-    files: list[str]
-    env: list[str]
-    host_steps: list[str]
-    args: list[str]
-    already_applied: bool
-    diff: str
-    why: str
-    above: str  # reverted: a later patch on the same file, taken off first (stack order)
-
-
-class HostStepData(TypedDict, total=False):
-    patch_id: str
-    step: str
-    exit_code: int | None
-
-
-class ApprovalData(TypedDict, total=False):  # approval, approval_answer, approval_refused, policy
-    patch_id: str | None
-    session: str
-    host_steps: list[str]
-    action: str | None
-    reason: str
-    by: str
-    why: str
-    question: str  # approval_answer: approve_patch | host_change | launch_into_fault; approval: the words asked
-    diff: str  # what was answered (an edit: the person's diff)
-    at: float
-    fault: str
-    fault_fingerprint: str
-
-
-class NotProposedData(TypedDict, total=False):  # not_proposed: a candidate that is a diff a person rejected
-    patch_id: str
-    same_as: str
-    why: str
-
-
-class ConfirmData(TypedDict, total=False):  # confirm, confirm_answer
-    launch: int
-    session: str
-    action: str | None
-    by: str
-    reason: str
-    at: float
 
 
 class ValidateData(TypedDict, total=False):

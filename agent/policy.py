@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.config import SessionConfig
-from agent.state import CandidateData
+from agent.patch_records import CandidateData
 from tools.errors import UsageError
 
 Decision = Literal["allow", "deny", "ask"]

@@ -12,14 +12,12 @@ an ``exit`` event that says where and why (with the traceback), and ``medic resu
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import json
 import os
 import stat
 import time
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,65 +25,22 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from agent import store
-from agent.config import SessionConfig, medic_home
+from agent.config import SessionConfig
 from agent.deps import Deps
 from agent.graph import build_graph
 from agent.job import missing_script
+from agent.launch_records import launch_record
 from agent.record.people import Shortener
 from agent.record.trace import TraceWriter
 from agent.record.view import View
 from agent.repair.engine import RepairEngine
-from agent.state import launch_record
+from agent.session_files import FAILED, session_dir, session_lock
 from tools.errors import MedicError, SessionError, UsageError
 from tools.host import Host, LocalHost
 from tools.redact import Redactor
 from tools.server_input import check_model_folders
 
 RECURSION_LIMIT = 400
-
-
-def session_dir(session_id: str) -> Path:
-    return medic_home() / "sessions" / session_id
-
-
-def save_config(config: SessionConfig) -> None:
-    folder = session_dir(config.session_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / "config.json.tmp"
-    # it holds the job's env and arguments as given (a resume needs them): readable by its owner only
-    tmp.touch(mode=0o600)
-    tmp.chmod(0o600)
-    tmp.write_text(config.model_dump_json(indent=1))
-    tmp.replace(folder / "config.json")
-
-
-def load_config(session_id: str) -> SessionConfig:
-    path = session_dir(session_id) / "config.json"
-    if not path.exists():
-        raise SessionError(f"no session {session_id!r} under {medic_home()}: `medic sessions` lists them")
-    return SessionConfig.model_validate_json(path.read_text())
-
-
-@contextlib.contextmanager
-def session_lock(session_id: str) -> Iterator[None]:
-    """One medic process per session: a second one is refused, not queued."""
-    folder = session_dir(session_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    fh = open(folder / "lock", "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as exc:
-        fh.close()
-        raise SessionError(f"session {session_id} is in use by another medic process (lock {folder / 'lock'})") from exc
-    try:
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        yield
-    finally:
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        fh.close()
 
 
 def checkpointer() -> contextlib.AbstractContextManager[SqliteSaver]:
@@ -220,8 +175,8 @@ def _drive(config: SessionConfig, deps: Deps, resume: Any, step: dict[str, Any])
 
 def upgrade_records(graph: Any, thread: dict[str, Any], snapshot: Any) -> None:
     """A session checkpointed by a medic whose launch records did not yet name their launcher (a person may answer
-    an approval days later, after an upgrade): its records get one (agent/state.py launch_record). The update is
-    written as the node that wrote last, so the step the session waits at stays the next one."""
+    an approval days later, after an upgrade): its records get one (agent/launch_records.py launch_record). The
+    update is written as the node that wrote last, so the step the session waits at stays the next one."""
     values = snapshot.values or {}
     records = [*(values.get("launches") or []), *([values["run"]] if values.get("run") else [])]
     if all("launcher" in record for record in records):
@@ -234,9 +189,6 @@ def upgrade_records(graph: Any, thread: dict[str, Any], snapshot: Any) -> None:
     if values.get("run"):
         update["run"] = launch_record(values["run"])
     graph.update_state(thread, update, as_node=wrote[0] if len(wrote) == 1 else None)
-
-
-FAILED = "failed.json"  # the last run of the session ended in medic's own failure: what, where (status reads it)
 
 
 def internal_error(config: SessionConfig, deps: Deps, err: BaseException, node: str) -> str:
@@ -257,15 +209,6 @@ def internal_error(config: SessionConfig, deps: Deps, err: BaseException, node: 
                                    **{k: deps.trace.redactor.text(str(v)) for k, v in data.items()}}))
         tmp.replace(folder / FAILED)
     return "internal_error"
-
-
-def read_failure(session_id: str) -> dict[str, Any] | None:
-    """What failed.json says of the session's last run (None when it did not end in medic's own failure)."""
-    try:
-        found = json.loads((session_dir(session_id) / FAILED).read_text())
-    except (OSError, ValueError):
-        return None
-    return found if isinstance(found, dict) else None
 
 
 def waiting_for(snapshot: Any) -> str | None:
@@ -296,8 +239,3 @@ def read_checkpoint(session_id: str) -> tuple[dict[str, Any], dict[str, Any] | N
 
 def pending_interrupt(session_id: str) -> dict[str, Any] | None:
     return read_checkpoint(session_id)[1]
-
-
-def require_new(config: SessionConfig) -> None:
-    if (session_dir(config.session_id) / "config.json").exists():
-        raise UsageError(f"session {config.session_id} exists: `medic resume {config.session_id}` continues it")

@@ -35,10 +35,11 @@ from agent.job import (
     seen_through,
     where_looked,
 )
+from agent.launch_records import DetachedLaunch, LaunchRecord
 from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef, OutputFacts
 from agent.shards import total
-from agent.state import DetachedLaunch, LaunchRecord, SessionState, ValidationReport
+from agent.state import SessionState, ValidationReport
 from tools import env_scripts
 from tools.errors import MedicError, RunError
 from tools.host import CommandResult, Host

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent.config import Budgets, SessionConfig, Target  # noqa: E402
-from agent.session import run_session, save_config  # noqa: E402
+from agent.session import run_session  # noqa: E402
+from agent.session_files import save_config  # noqa: E402
 
 
 @dataclass(frozen=True)

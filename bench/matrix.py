@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/matrix.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
-from agent.readers.postmortem import PatchView, summarize  # noqa: E402
+from agent.readers.postmortem_summary import PatchView, summarize  # noqa: E402
 from agent.readers.tracefile import read_trace  # noqa: E402
 from bench.table import table as bench_table  # noqa: E402
 from lab.build import LabBuilder, LabPaths, Variant  # noqa: E402

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from agent.cli.run import lab_target  # noqa: E402
 from agent.config import Budgets, SessionConfig  # noqa: E402
-from agent.readers.postmortem import summarize  # noqa: E402
 from agent.readers.postmortem_server import server_counts  # noqa: E402
+from agent.readers.postmortem_summary import summarize  # noqa: E402
 from agent.readers.tracefile import read_trace  # noqa: E402
 from agent.session import run_session  # noqa: E402
 from bench.matrix import wrong_patch_ids  # noqa: E402

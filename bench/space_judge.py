@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from agent.readers.postmortem import FaultView, PatchView, summarize
 from agent.readers.postmortem_server import server_counts
+from agent.readers.postmortem_summary import FaultView, PatchView, summarize
 from agent.readers.tracefile import read_trace
 from bench.space_pair import Pair
 from lab.build import LabPaths

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from agent.config import SessionConfig, Target
-from agent.session import save_config
+from agent.session_files import save_config
 
 CALLER = "import fakelib\n\n\ndef run(x):\n    return fakelib.compute(x, mode='a', legacy=True)\n"
 FIXED = "import fakelib\n\n\ndef run(x):\n    return fakelib.compute(x, mode='a')\n"

@@ -31,11 +31,12 @@ REPO = Path(__file__).resolve().parents[1]
 CLI = """
 import sys, typer
 from agent.cli import approve as cli_approve
+from agent.cli import policy_check as cli_policy_check
 from tools.errors import MedicError
 app = typer.Typer(pretty_exceptions_enable=False)
 app.command()(cli_approve.approve)
 app.command()(cli_approve.sessions)
-app.command("policy-check")(cli_approve.policy_check)
+app.command("policy-check")(cli_policy_check.policy_check)
 try:
     app()
 except MedicError as err:
@@ -44,7 +45,8 @@ except MedicError as err:
 """
 AGENT = """
 import sys, time
-from agent.session import load_config, run_session
+from agent.session import run_session
+from agent.session_files import load_config
 print(run_session(load_config(sys.argv[1]))[0], flush=True)
 time.sleep(600)  # a medic that lingers while it waits: the test kills it
 """
@@ -276,7 +278,7 @@ def test_policy_answer_and_bad_files(tmp_path: Path, fake: Fake) -> None:
 
 
 def test_policy_check_shows_the_rule_for_each_patch_of_a_session(tmp_path: Path, fake: Fake) -> None:
-    from agent.cli import approve as cli_approve
+    from agent.cli import policy_check as cli_policy_check
 
     pid = wait_for_approval(fake)["patch"]["id"]
     policy = tmp_path / "p.yaml"
@@ -285,7 +287,7 @@ def test_policy_check_shows_the_rule_for_each_patch_of_a_session(tmp_path: Path,
     import typer
 
     app = typer.Typer()
-    app.command()(cli_approve.policy_check)
+    app.command()(cli_policy_check.policy_check)
     result = CliRunner().invoke(app, [str(policy), "--session", "s1"])
     assert result.exit_code == 0, result.output
     row = next(line for line in result.stdout.splitlines() if pid in line)

@@ -11,7 +11,10 @@ from agent.payloads import PAYLOADS, payload_problems
 from agent.readers.replay_events import NODE_OF
 
 ROOT = Path(__file__).resolve().parents[1]
-READERS = tuple(f"agent/record/{name}.py" for name in ("view", "replay", "postmortem", "postmortem_html", "panel"))
+# the live view and panel, replay and the postmortem (each over several modules) switch on the trace's event kinds
+READERS = (*(f"agent/record/{name}.py" for name in ("view", "panel")),
+           *(f"agent/readers/{name}.py" for name in ("replay", "replay_core", "replay_checks", "postmortem",
+                                                    "postmortem_summary", "postmortem_html")))
 
 
 def kinds_read(path: Path) -> set[str]:

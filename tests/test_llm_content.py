@@ -15,7 +15,8 @@ import pytest
 
 from agent.config import SessionConfig
 from agent.readers.replay import replay
-from agent.session import run_session, save_config
+from agent.session import run_session
+from agent.session_files import save_config
 from tests.openai_server import (
     Reply,
     ScriptedOpenAIServer,

@@ -21,7 +21,8 @@ from agent.llm.repair import llm_candidates
 from agent.outcomes import OUTCOMES
 from agent.readers.replay import replay
 from agent.repair.types import Fault, FrameRef, RepairContext
-from agent.session import run_session, save_config
+from agent.session import run_session
+from agent.session_files import save_config
 from tests.fixtures_llm import RealLLM, real_llm  # noqa: F401  (the real_llm fixture)
 from tests.test_llm_session import CALLER, FIXED, make_target
 from tools.host import LocalHost

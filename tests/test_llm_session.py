@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.config import SessionConfig, Target
-from agent.session import run_session, save_config
+from agent.session import run_session
+from agent.session_files import save_config
 from tests.openai_server import (
     ScriptedOpenAIServer,
     call,

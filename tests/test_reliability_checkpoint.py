@@ -26,7 +26,8 @@ from tests.test_reliability_kill import good, ledgers_once
 KILL_AFTER_WRITES = """
 import os, signal, sys
 from langgraph.checkpoint.sqlite import SqliteSaver
-from agent.session import load_config, run_session
+from agent.session import run_session
+from agent.session_files import load_config
 target, count = int(sys.argv[2]), [0]
 real = SqliteSaver.put_writes
 def put_writes(self, config, writes, task_id, task_path=""):

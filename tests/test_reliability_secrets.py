@@ -10,7 +10,8 @@ from pathlib import Path
 
 from agent.codec import fault_from_dict
 from agent.llm.prompts import fault_message
-from agent.session import checkpointer, load_config
+from agent.session import checkpointer
+from agent.session_files import load_config
 from tests.fixtures_fake import MakeFake, medic_cli, record_figure
 
 SECRETS = {

@@ -5,7 +5,8 @@ tests/test_reliability_kill.py, and every trace the suite writes by tests/fixtur
 from __future__ import annotations
 
 from agent.readers.replay import replay
-from agent.session import run_session, save_config
+from agent.session import run_session
+from agent.session_files import save_config
 from tests.fixtures_fake import MakeFake
 
 SAYS_NO = "import sys; print('seq 0: 3 rows for 5 tokens'); sys.exit(1)"

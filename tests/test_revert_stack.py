@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from agent.nodes.patching import revert
+from agent.patch_records import KeptPatch
 from agent.session import make_deps
-from agent.state import KeptPatch, SessionState
+from agent.state import SessionState
 from tests.fixtures_fake import Fake, MakeFake
 from tools.errors import PatchError, StaleContext
 from tools.host import LocalHost

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.config import SessionConfig
-from agent.session import save_config
+from agent.session_files import save_config
 from tests.fixtures_fake import Fake, MakeFake, medic_cli
 from tools.host import LocalHost
 from tools.patches import apply_patch, ledger_entries, make_patch

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent.approval import refuse_if_stale, stale_files
-from agent.state import CandidateData, PatchData
+from agent.patch_records import CandidateData, PatchData
 from tools.errors import SessionError
 from tools.host import FunctionHost
 from tools.patches import sha256

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.readers.postmortem import postmortem_markdown, summarize
+from agent.readers.postmortem import postmortem_markdown
 from agent.readers.postmortem_html import postmortem_html
+from agent.readers.postmortem_summary import summarize
 from agent.readers.replay import replay
 from agent.readers.tracefile import read_trace
 from agent.record.trace import TraceWriter

@@ -9,7 +9,8 @@ Three promises matter for a days-long job on a remote GPU box:
 * a command past its deadline is killed with its whole process group, not merely abandoned.
 
 Reading the target and the ssh config, the known-hosts policy and the authenticated connect live in
-tools/ssh_config.py (``SSHTarget`` and ``resolve_target`` are re-exported here).
+tools/ssh_config.py (``SSHTarget`` and ``resolve_target`` are re-exported here); how a command leads its own
+process group, and how that group is killed, in tools/ssh_group.py.
 """
 
 from __future__ import annotations
@@ -32,27 +33,13 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from tools.errors import CommandTimeout, HostError, HostUnreachable, UsageError
 from tools.host import Command, CommandResult, FileStat, as_shell
 from tools.ssh_config import SSHTarget, connect_client, resolve_target
+from tools.ssh_group import GROUP_KILL, grouped
 
 __all__ = ["SSHHost", "SSHTarget", "resolve_target"]
 
 T = TypeVar("T")
 CHUNK = 32768  # the largest SFTP read OpenSSH answers in one packet
 LINK_ERRORS = (paramiko.SSHException, EOFError, OSError)
-
-# The command leads its own process group and first prints the group id, so a deadline can kill all it
-# started. ``setsid -w`` forks when its caller already leads a group and waits, so the exit code comes back;
-# without setsid, sshd's own per-session group is used.
-_PRINT_GROUP_THEN_RUN = 'printf "%s\\n" "$$"; exec /bin/sh -c "$1"'
-# ``kill -SIG -PGID`` is the one spelling dash and bash agree on. An unreaped zombie counts as alive here,
-# which costs at most the 1s wait, and the KILL then is harmless.
-_GROUP_KILL = ("kill -TERM -{g} 2>/dev/null; i=0; while kill -0 -{g} 2>/dev/null && [ $i -lt 10 ]; "
-               "do sleep 0.1; i=$((i+1)); done; kill -KILL -{g} 2>/dev/null; true")
-
-
-def _grouped(line: str) -> str:
-    wrapped = f"/bin/sh -c {shlex.quote(_PRINT_GROUP_THEN_RUN)} medic {shlex.quote(line)}"
-    return f"if command -v setsid >/dev/null 2>&1; then exec setsid -w {wrapped}; else exec {wrapped}; fi"
-
 
 def _is_link_error(exc: BaseException) -> bool:
     """True for a link that is down or dropped; False for a refusal that retrying cannot change."""
@@ -184,7 +171,7 @@ class SSHHost:
         transport, raw, err = channel.get_transport(), bytearray(), bytearray()
         try:
             try:
-                channel.exec_command(_grouped(line))
+                channel.exec_command(grouped(line))
                 if stdin:
                     channel.sendall(stdin.encode("utf-8"))
                 channel.shutdown_write()
@@ -221,7 +208,7 @@ class SSHHost:
         group, newline, _ = raw.partition(b"\n")
         if newline and group.strip().isdigit():  # else the command never started: closing the channel is all
             with contextlib.suppress(HostError):  # the timeout that follows is the news; keep it
-                self.run(_GROUP_KILL.format(g=int(group)), timeout=15.0)
+                self.run(GROUP_KILL.format(g=int(group)), timeout=15.0)
 
     def realpath(self, path: str) -> str:
         # SFTP's normalize does not resolve every symlink, so ask the host itself.

@@ -1,4 +1,4 @@
-"""`medic sessions`, `medic approve`, `medic policy-check`: a person's side of approve mode.
+"""`medic sessions`, `medic approve`: a person's side of approve mode (`medic policy-check` is in policy_check.py).
 
 Listing and showing read the checkpoint directly (no graph, no host connection); only an answer resumes the
 session, through run_session, so the lock, the trace and the exit code are the same as for `medic run`.
@@ -18,21 +18,19 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
 import typer
-from langgraph.checkpoint.base import CheckpointTuple
 from rich.syntax import Syntax
 from rich.table import Table
 from typing_extensions import TypeIs
 
-from agent import store
 from agent.answers import LAUNCH_INTO_FAULT, LAUNCH_QUESTION
 from agent.approval import edited_patch, refuse_if_stale
 from agent.cli.live import drive
 from agent.cli.run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
-from agent.policy import decide, load_policy, package_of, proposal_files
-from agent.session import connect_host, load_config, make_deps, read_checkpoint, read_failure, run_session
-from agent.state import CandidateData
+from agent.patch_records import CandidateData
+from agent.session import connect_host, make_deps, read_checkpoint, run_session
+from agent.session_files import load_config, read_failure
 from tools.console import make_console
 from tools.diffs import ArgEdit, EnvEdit
 from tools.errors import MedicError, SessionError, UsageError
@@ -42,10 +40,6 @@ console = make_console(stderr=True, highlight=False)
 
 
 # -- reading sessions from the checkpoint --------------------------------------------------------------
-def _thread(session_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": session_id}}
-
-
 class LaunchWait(TypedDict):
     """--confirm-launch: the next launch waits for a person."""
 
@@ -271,36 +265,3 @@ def _who() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "unknown"
-
-
-# -- policy ------------------------------------------------------------------------------------------
-def session_proposals(session_id: str) -> list[CandidateData]:
-    """Every distinct patch proposed or applied in a session, oldest first, from the checkpoint history."""
-    load_config(session_id)  # an unknown session is an error, not an empty list
-    seen: dict[str, CandidateData] = {}
-    none: list[CheckpointTuple] = []
-    history = store.read(lambda saver: list(saver.list(_thread(session_id))), none)  # type: ignore[arg-type]
-    for tup in reversed(history):
-        values = tup.checkpoint.get("channel_values") or {}
-        for prop in [values.get("proposal"), *(values.get("patches") or [])]:
-            if isinstance(prop, dict) and prop.get("patch", {}).get("id"):
-                seen.setdefault(prop["patch"]["id"], cast(CandidateData, prop))  # the state's own
-    return list(seen.values())
-
-
-def policy_check(
-    file: Annotated[Path, typer.Argument(help="the policy file (YAML or TOML)")],
-    session: Annotated[str | None, typer.Option(help="show the rule that matches each patch of this session")] = None,
-) -> None:
-    """Validate a policy file; with --session, show what it would decide for each patch of that session."""
-    policy = load_policy(file)
-    console.print(f"policy {file}: {len(policy.rules)} rule(s), valid")
-    if session is None:
-        return
-    rows: list[tuple[str, ...]] = []
-    for prop in session_proposals(session):
-        decision, rule = decide(policy, prop)
-        packages = sorted({package_of(p) or "(workdir)" for p in proposal_files(prop)})
-        rows.append((prop["patch"]["id"], str(prop.get("origin")), ", ".join(packages), decision,
-                     rule.name if rule else "-"))
-    print_rows(("patch", "origin", "packages", "decision", "rule"), rows)

@@ -22,7 +22,8 @@ from agent.readers.watch import TraceFollower
 from agent.record.panel import LivePanel, at_terminal
 from agent.record.people import Shortener
 from agent.record.view import View
-from agent.session import pending_interrupt, read_checkpoint, read_failure, session_redactor
+from agent.session import pending_interrupt, read_checkpoint, session_redactor
+from agent.session_files import read_failure
 from tools.console import make_console
 
 

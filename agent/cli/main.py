@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from agent.cli import approve, run, stop, traces, watch
+from agent.cli import approve, policy_check, run, stop, traces, watch
 from agent.outcomes import exit_code
 from lab.cli import app as lab_app
 from tools.errors import MedicError
@@ -25,7 +25,7 @@ app.command()(approve.sessions)
 app.command()(watch.status)
 app.command()(watch.watch)
 app.command()(approve.approve)
-app.command()(approve.policy_check)
+app.command()(policy_check.policy_check)
 app.command()(traces.replay)
 app.command()(traces.postmortem)
 

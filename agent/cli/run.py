@@ -16,16 +16,8 @@ from agent.cli.stop import left_line
 from agent.config import Budgets, SessionConfig, Target
 from agent.job import local_path
 from agent.outcomes import OUTCOMES, exit_code
-from agent.session import (
-    connect_checked,
-    load_config,
-    pending_interrupt,
-    read_failure,
-    require_new,
-    run_session,
-    save_config,
-    session_dir,
-)
+from agent.session import connect_checked, pending_interrupt, run_session
+from agent.session_files import load_config, read_failure, require_new, save_config, session_dir
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabPaths
 from tools.console import make_console
 from tools.errors import UsageError
@@ -224,7 +216,8 @@ def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
 def revert(session: str) -> None:
     """Undo every patch of a session, newest first, byte-for-byte (refused for a file changed since)."""
     from agent.readers.watch import note_reverted
-    from agent.session import connect_host, session_lock
+    from agent.session import connect_host
+    from agent.session_files import session_lock
     from tools.reverts import RevertResult, revert_all
 
     config = load_config(session)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.session import connect_host, load_config, session_lock
+from agent.session import connect_host
+from agent.session_files import load_config, session_lock
 from tools import runs
 from tools.console import make_console
 from tools.errors import MedicError

@@ -19,7 +19,7 @@ from agent.readers.watch import TraceFollower, session_status
 from agent.record.panel import LivePanel, at_terminal
 from agent.record.people import for_people
 from agent.record.view import View
-from agent.session import load_config
+from agent.session_files import load_config
 from tools.console import make_console
 
 POLL = 0.5  # seconds between two reads of the trace

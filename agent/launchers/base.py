@@ -18,9 +18,10 @@ from typing import Any, NamedTuple, Protocol
 
 from agent.config import SessionConfig
 from agent.events import EventKind
+from agent.launch_records import LaunchBase, LaunchRecord
 from agent.remedies import activated, env_edits, job_env
 from agent.repair.types import Fault
-from agent.state import LaunchBase, LaunchRecord, SessionState
+from agent.state import SessionState
 from tools import ipc_dir, runs
 from tools.errors import HostError, RunError
 from tools.host import Host
@@ -61,7 +62,7 @@ class LaunchPlan:
         return f"{config.host_dir}/launches/L{self.n}.json"
 
     def fields(self) -> LaunchBase:
-        """What every launch's record starts with; the launcher adds its own (agent/state.py LaunchRecord)."""
+        """What every launch's record starts with; the launcher adds its own (agent/launch_records.py LaunchRecord)."""
         return {"n": self.n, "kind": self.kind, "started": self.started, "exit_code": None, "phases": {},
                 "checks_during_load": []}
 

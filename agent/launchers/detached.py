@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+from agent.launch_records import DetachedLaunch, LaunchRecord
 from agent.launchers.base import (
     Explained,
     LauncherDeps,
@@ -19,7 +20,7 @@ from agent.launchers.base import (
 )
 from agent.remedies import with_unset
 from agent.repair.types import Fault
-from agent.state import DetachedLaunch, LaunchRecord, SessionState
+from agent.state import SessionState
 from tools import runs
 
 

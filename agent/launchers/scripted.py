@@ -12,9 +12,10 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.launch_records import DetachedLaunch, LaunchRecord
 from agent.launchers.base import Explained, LauncherDeps, LaunchPlan, RunHandle
 from agent.repair.types import Fault
-from agent.state import DetachedLaunch, LaunchRecord, SessionState
+from agent.state import SessionState
 from tools import runs
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from agent.config import Target
 from agent.faults import fault_from_log
 from agent.job import in_target_env
+from agent.launch_records import ClientOf, DetachedLaunch, LaunchRecord, ServerRecord
 from agent.launchers.base import (
     WIDE_CONSOLE,
     Explained,
@@ -38,7 +39,7 @@ from agent.launchers.base import (
 from agent.launchers.detached import DetachedHandle
 from agent.remedies import arg_edits, with_options, with_unset
 from agent.repair.types import Fault
-from agent.state import ClientOf, DetachedLaunch, LaunchRecord, ServerRecord, SessionState
+from agent.state import SessionState
 from tools import runs, server_job
 
 

@@ -16,6 +16,7 @@ import contextlib
 import json
 from typing import Any
 
+from agent.launch_records import LaunchRecord, ShardRunsLaunch
 from agent.launchers.base import (
     LauncherDeps,
     LaunchPlan,
@@ -29,7 +30,7 @@ from agent.launchers.detached import DetachedLauncher
 from agent.launchers.shard_logs import explaining_shard
 from agent.remedies import with_unset
 from agent.shards import total
-from agent.state import LaunchRecord, SessionState, ShardRunsLaunch
+from agent.state import SessionState
 from tools import runs
 from tools.host import Host
 from tools.slurm import with_shard

@@ -13,12 +13,13 @@ from collections.abc import Collection
 from typing import Any
 
 from agent.config import SessionConfig
+from agent.launch_records import LaunchRecord, SlurmLaunch
 from agent.launchers.base import Explained, LauncherDeps, LaunchPlan, RunHandle, job_environment, write_ledger
 from agent.launchers.shard_logs import explaining_shard
 from agent.remedies import with_unset
 from agent.repair.types import Fault
 from agent.scheduler import DETERMINISTIC_STATES, NEVER_STARTS, TRANSIENT_STATES, SlurmSettings
-from agent.state import LaunchRecord, SessionState, SlurmLaunch
+from agent.state import SessionState
 from tools import runs, slurm
 from tools.host import Host
 

@@ -33,9 +33,11 @@ from agent.decisions import kept, set_aside, taken_off
 from agent.deps import Deps
 from agent.faults import NOT_FOUND
 from agent.job import job_model_folder
+from agent.launch_records import LaunchRecord
+from agent.patch_records import CheckData, FaultData, KeptPatch
 from agent.repair.limits import InterfaceLimit, interface_limit
 from agent.repair.types import Candidate, Fault, RepairContext
-from agent.state import CheckData, FaultData, KeptPatch, LaunchRecord, SessionState
+from agent.state import SessionState
 from tools.errors import PatchError
 from tools.model_folder import architectures
 from tools.patches import ArgEdit, EnvEdit, Patch, apply_patch

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from agent.deps import Deps
-from agent.state import SessionState, shards_of
+from agent.launch_records import shards_of
+from agent.state import SessionState
 from agent.validation import validate_output, validate_shards
 
 

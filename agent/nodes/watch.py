@@ -16,9 +16,11 @@ from typing import Any, cast
 from agent.checks import blames_patch, run_check
 from agent.codec import check_from_dict
 from agent.deps import Deps, Settings
+from agent.launch_records import LaunchRecord
 from agent.launchers.base import RunHandle, run_folders
+from agent.patch_records import CheckResult
 from agent.repair.types import Check, RepairContext
-from agent.state import CheckResult, LaunchRecord, SessionState
+from agent.state import SessionState
 from tools import runs
 from tools.errors import HostUnreachable, MedicError
 

@@ -8,8 +8,8 @@ instead of counting it among the loads wasted by a crash after the load.
 from __future__ import annotations
 
 from agent.answers import LAUNCH_INTO_FAULT, confirm_answered
+from agent.patch_records import AnswerData
 from agent.readers.tracefile import Trace
-from agent.state import AnswerData
 
 
 def answers_of(trace: Trace) -> list[AnswerData]:

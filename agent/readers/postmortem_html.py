@@ -9,8 +9,9 @@ from __future__ import annotations
 from html import escape
 
 from agent.answers import answer_line
-from agent.readers.postmortem import Summary, rationale, shortener, summarize
+from agent.readers.postmortem import shortener
 from agent.readers.postmortem_answers import answers_of
+from agent.readers.postmortem_summary import Summary, rationale, summarize
 from agent.readers.tracefile import Trace
 from agent.record.people import for_people, without_subject
 from agent.record.report import human_seconds

@@ -35,127 +35,34 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from agent import graph
 from agent.answers import asked_again, confirm_answered, replayed_answer
-from agent.checks import ADVISORY
-from agent.codec import check_from_dict, fault_from_dict
-from agent.config import SessionConfig
-from agent.decisions import kept, set_aside, taken_off
+from agent.codec import fault_from_dict
+from agent.decisions import set_aside, taken_off
 from agent.faults import model_patch_failed, model_patch_newest, record_fault
-from agent.nodes.patching import queue_checks, revert_index
-from agent.nodes.watch import environment_checks, run_ended
-from agent.payloads import CandidateData as CandidateEvent
-from agent.payloads import (
-    ChecksQueuedData,
-    ConfirmData,
-    ExitData,
-    LaunchData,
-    MessageData,
-    NoRepairData,
-    NotProposedData,
-    PreflightData,
-    RunEndData,
-    ShardData,
-    ValidateData,
-    data_of,
-)
-from agent.payloads import FaultData as FaultEvent
-from agent.payloads import PatchData as PatchEvent
-from agent.readers.replay_events import (
-    NODE_OF,
-    SILENT,
-    diff_files,
-    frame_of,
-    medic_failed,
-    node_of,
-    redone,
-    refused_revert,
-    until,
-    verify_run,
-    where_it_stops,
-)
+from agent.launch_records import LaunchRecord, launch_record
+from agent.nodes.patching import revert_index
+from agent.nodes.watch import run_ended
+from agent.patch_payloads import CandidateData as CandidateEvent
+from agent.patch_payloads import ConfirmData, NoRepairData, NotProposedData
+from agent.patch_payloads import FaultData as FaultEvent
+from agent.patch_payloads import PatchData as PatchEvent
+from agent.patch_records import AnswerData, CandidateData, FaultData
+from agent.payloads import ExitData, MessageData, PreflightData, ValidateData, data_of
+from agent.readers.replay_checks import CheckSteps
+from agent.readers.replay_core import ReplayResult
+from agent.readers.replay_events import diff_files, frame_of, medic_failed, redone, refused_revert, where_it_stops
 from agent.readers.replay_shards import replay_shard
-from agent.readers.tracefile import Event, Trace, read_trace
+from agent.readers.tracefile import Event, read_trace
 from agent.record.report import render_report
-from agent.state import (
-    AnswerData,
-    CandidateData,
-    CheckResult,
-    FaultData,
-    LaunchRecord,
-    PreflightInfo,
-    SessionState,
-    launch_record,
-)
-from tools.errors import TraceError
+from agent.run_payloads import LaunchData, RunEndData, ShardData
+from agent.state import PreflightInfo
 
 
-@dataclass
-class ReplayResult:
-    events_compared: int
-    first_divergence: str | None
-    seconds: float
-    stopped: str | None = None  # where a trace that does not end (cut, or no exit event) stops, and why
-
-    @property
-    def exact(self) -> bool:
-        """Replayed to the session's end with no divergence."""
-        return self.first_divergence is None and self.stopped is None
-
-
-@dataclass
-class _RecordedSettings:
-    """What the routers read beside the state (agent.deps.Settings): the trace's config, the time it recorded."""
-
-    config: SessionConfig
-    replay: _Replay
-
-    def clock(self) -> float:
-        return self.replay.now
-
-
-class _Replay:
-    def __init__(self, trace: Trace) -> None:
-        self.trace = trace
-        try:
-            self.config = SessionConfig.model_validate(trace.header.get("config") or {})
-        except ValueError as exc:
-            raise TraceError(f"{trace.path}: the header's config is not one this medic reads: "
-                             f"{str(exc).splitlines()[0]}") from exc
-        self.state: SessionState = {}
-        self.compared = 0
-        # what the current launch's watch will check, as the node queues it (its pending checks, then the host's);
-        # a resumed watch queues them again from the checkpoint, so a checks_queued event starts these over
-        self.env_expected: list[str] = []
-        self.watch_pending: list[str] = []
-        self.watch_results: list[CheckResult] = []  # the checks this watch ran: its run_end puts them in the state
-        self.divergence: str | None = None
-        self.now = 0.0
-        self.faults_kept = 0  # fault events the state keeps
-        self.proposed: dict[str, CandidateData] = {}  # candidate events by patch id (a rejected one may be asked again)
-        self.deps = _RecordedSettings(self.config, self)
-
-    def take(self, update: dict[str, Any]) -> None:
-        """A node's own update (its function, called on the recorded results), as LangGraph would merge it."""
-        self.state.update(cast(SessionState, update))
-
-    def differ(self, ev: Event, what: str) -> None:
-        if self.divergence is None:
-            self.divergence = f"event at line {ev.index} ({ev.kind}): {what}"
-
-    def expect(self, ev: Event, router: str, chosen: str, rest: list[Event]) -> None:
-        """Compare the router's choice with the node the trace shows ran next."""
-        seen = next((node_of(e) for e in rest if e.kind in NODE_OF or e.kind == "resume" or refused_revert(e)), None)
-        if seen in (None, "resume"):
-            return  # medic stopped here: nothing was observed to compare with
-        self.compared += 1
-        if chosen != seen and seen not in SILENT.get(chosen, ()):
-            self.differ(ev, f"{router} chose {chosen!r}; the recorded session went to {seen!r}")
-
+class _Replay(CheckSteps):
     def step(self, i: int, ev: Event) -> None:
         s, d, rest = self.state, ev.data, self.trace.events[i + 1:]
         self.now = ev.ts
@@ -296,74 +203,6 @@ class _Replay:
             self.expect(ev, "after_scan", graph.after_scan(s), rest)
         else:
             self.expect(ev, "after_diagnose", graph.after_diagnose(s), rest)
-
-    def applied(self, ev: Event, rest: list[Event]) -> None:
-        s, d = self.state, data_of(ev.data, PatchEvent)
-        pid, recorded = str(d.get("patch_id")), s.get("proposal")
-        if recorded is None or recorded["patch"].get("id") != pid:  # an approve-mode edit: the diff changed
-            recorded = {"patch": {"id": pid}, "origin": d.get("origin") or "", "rationale": "", "evidence": [],
-                        "checks": recorded["checks"] if recorded else []}
-        proposal: CandidateData = {**recorded, "patch": {**recorded["patch"], "id": pid,
-                                                         "files": diff_files(str(d.get("diff") or ""))}}
-        self.take(kept(s, proposal))
-        self.expect(ev, "after_apply", graph.after_apply(s), rest)
-        checks = [check_from_dict(c) for c in proposal["checks"]]
-        before = [c.describe() for c in checks if c.when != "during_load"]
-        ran_events = verify_run(until(rest, *NODE_OF))
-        ran_results = [data_of(e.data, CheckResult) for e in ran_events]  # the verify node recorded these
-        ran = [r.get("check") for r in ran_results]
-        # verify stops at the first failed check, so fewer checks are right only after a failure
-        stopped = bool(ran_results) and not ran_results[-1].get("ok")
-        self.compared += 1
-        if ran != before[: len(ran)] or (len(ran) < len(before) and not stopped):
-            self.differ(ev, f"verify would run {before}; the trace shows {ran}")
-        if not stopped:  # verify queues the during-load checks only when every check so far passed
-            s["pending_checks"] = queue_checks(s.get("pending_checks", []), list(proposal["checks"]),
-                                               str(d.get("patch_id")))
-        s["verifications"] = [*s.get("verifications", []), *ran_results]  # verify's own update
-        after: SessionState = s
-        self.now = ran_events[-1].ts if ran_events else ev.ts
-        chosen = graph.after_verify(after, self.deps)
-        if chosen == "budget_stop":  # the node's own effect: the outcome the exit event must show
-            spent = graph.budget_stop(s, self.deps)
-            if spent:
-                s["outcome"], s["outcome_detail"] = spent["outcome"], spent["outcome_detail"]
-        self.expect(ev, "after_verify", chosen, rest[len(until(rest, *NODE_OF)):])
-
-    def queue_watch(self) -> None:
-        """What watch queues at its start: the checks verify left (the state keeps them until the run ends), then
-        the host's own."""
-        s = self.state
-        self.watch_pending = [check_from_dict(c).describe() for c in s.get("pending_checks") or []]
-        self.env_expected = [c.describe() for c in environment_checks(s, self.deps)]
-        self.watch_results = []
-
-    def checks_queued(self, ev: Event) -> None:
-        """watch starts (again, after a resume): its queue is the checkpoint's, whatever ran before the stop."""
-        self.queue_watch()
-        expected = [*self.watch_pending, *self.env_expected]
-        queued = list(data_of(ev.data, ChecksQueuedData).get("checks") or [])
-        self.compared += 1
-        if queued != expected:
-            self.differ(ev, f"watch would queue {expected}; the trace shows {queued}")
-
-    def check(self, ev: Event) -> None:
-        d = data_of(ev.data, CheckResult)
-        if ev.node != "watch":  # verify's results join the state in applied(); validate's own check is a fact
-            return
-        self.watch_results.append(d)
-        if str(d.get("check", "")).split(" ", 1)[0] in ADVISORY:  # the host's own checks (traces since they exist)
-            expected_env = self.env_expected.pop(0) if self.env_expected else None
-            self.compared += 1
-            if expected_env != d.get("check"):
-                self.differ(ev, f"watch would check {expected_env or 'nothing more'} on the host; the trace shows "
-                                f"{d.get('check')!r}")
-            return
-        expected = self.watch_pending.pop(0) if self.watch_pending else None  # what verify left, in order
-        self.compared += 1
-        if expected != d.get("check"):
-            self.differ(ev, f"watch would run {expected or 'no check'} during the load; the trace shows "
-                            f"{d.get('check')!r}")
 
     def exit(self, ev: Event) -> None:
         s, d = self.state, data_of(ev.data, ExitData)

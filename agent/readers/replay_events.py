@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
+from agent.patch_records import FilePatchData, FrameData
 from agent.readers.tracefile import Event, Trace
-from agent.state import FilePatchData, FrameData
 
 # which node an event shows ran; the first of these after a decision is what the session did
 NODE_OF = {"launch": "launch", "scan": "scan", "fault": "diagnose", "candidate": "repair", "no_repair": "repair",

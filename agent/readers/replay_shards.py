@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agent.payloads import ShardData
+from agent.run_payloads import ShardData
 from agent.state import SessionState
 
 

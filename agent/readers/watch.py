@@ -20,7 +20,8 @@ from typing import Any
 from agent.config import SessionConfig
 from agent.outcomes import OUTCOMES, exit_code
 from agent.record.panel import PanelState, earlier_loads
-from agent.session import load_config, read_checkpoint, read_failure, session_dir
+from agent.session import read_checkpoint
+from agent.session_files import load_config, read_failure, session_dir
 
 
 def trace_path(config: SessionConfig) -> Path:

@@ -25,20 +25,12 @@ from rich.panel import Panel
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from agent.payloads import (
-    ApprovalData,
-    ChecksQueuedData,
-    ExitData,
-    FaultData,
-    LaunchData,
-    PatchData,
-    PhaseData,
-    RunEndData,
-    data_of,
-)
+from agent.patch_payloads import ApprovalData, FaultData, PatchData
+from agent.patch_records import CheckResult
+from agent.payloads import ChecksQueuedData, ExitData, data_of
 from agent.record.people import Shortener, for_people, human_seconds
 from agent.record.view import View
-from agent.state import CheckResult
+from agent.run_payloads import LaunchData, PhaseData, RunEndData
 
 LOADING = ("starting", "importing", "loading")  # the phases before the weights are in memory: the ETA's span
 LOADED = ("kv_cache", "warmup", "extracting", "done")

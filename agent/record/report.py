@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from agent.answers import answer_lines
 from agent.config import SessionConfig
+from agent.patch_records import CandidateData
 from agent.record.people import Shortener, for_people, human_number, human_numbers, human_seconds, without_subject
 from agent.remedies import run_your_job_with
-from agent.state import CandidateData, SessionState
+from agent.state import SessionState
 from tools.diffs import EnvEdit
 from tools.tracebacks import message_line
 

@@ -12,33 +12,29 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from agent.payloads import (
+from agent.patch_payloads import (
     ApprovalData,
     CandidateData,
     ConfirmData,
-    ExitData,
     FaultData,
-    LaunchData,
-    MessageData,
     NoRepairData,
-    NotifyData,
     NotProposedData,
     PatchData,
-    PhaseData,
+)
+from agent.patch_records import CheckResult
+from agent.payloads import (
+    ExitData,
+    MessageData,
+    NotifyData,
     PreflightData,
     ReattachData,
-    ResubmitData,
-    RunEndData,
     ScanData,
-    SchedulerData,
-    ServerData,
-    ShardData,
     ValidateData,
     data_of,
 )
 from agent.record.people import Shortener, for_people, without_repeat, without_subject
 from agent.record.report import human_seconds
-from agent.state import CheckResult
+from agent.run_payloads import LaunchData, PhaseData, ResubmitData, RunEndData, SchedulerData, ServerData, ShardData
 from tools.console import make_console
 
 QUIET_KINDS = {"llm", "checks_queued"}
