@@ -34,9 +34,10 @@ def refused_revert(ev: Event) -> bool:
 
 
 def node_of(ev: Event) -> str:
-    """The node an event shows ran: a fault is diagnose's, unless the scan predicted it."""
-    if ev.kind == "fault" and ev.node == "scan":
-        return "scan"
+    """The node an event shows ran: a fault is diagnose's, unless the scan predicted it or validate met it (a
+    validator that could not run at all records its fault with no verdict before it)."""
+    if ev.kind == "fault" and ev.node in ("scan", "validate"):
+        return ev.node
     if refused_revert(ev):
         return "revert"
     if medic_failed(ev):
