@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench import space_report
 from bench.table import table
+from lab.lab_files import write_atomic
 
 BENCH = Path(__file__).resolve().parent
 RESULTS_JSON = BENCH / "space-arch-results.json"
@@ -21,16 +22,7 @@ COLUMNS = [("arch", "<22"), ("flavour", "<9"), ("eagle3", "<6"), ("outcome", "<1
 
 
 def load_results(path: Path = RESULTS_JSON) -> dict[str, dict[str, Any]]:
-    try:
-        return dict(json.loads(path.read_text())["runs"])
-    except (OSError, ValueError, KeyError):
-        return {}
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    return space_report.load_results(path, "runs")
 
 
 def checker_verdict(r: dict[str, Any]) -> str:
@@ -66,7 +58,7 @@ def totals(runs: list[dict[str, Any]]) -> str:
 
 
 def write_reports(results: dict[str, dict[str, Any]], path: Path) -> None:
-    _write(path, json.dumps({"updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": results},
+    write_atomic(path, json.dumps({"updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "runs": results},
                             indent=1, sort_keys=True) + "\n")
     runs = [results[k] for k in sorted(results, key=lambda k: (results[k].get("at", ""), k))]
     lines = ["# The space bench: architectures (bench/space_arch.py)", "",
@@ -83,7 +75,7 @@ def write_reports(results: dict[str, dict[str, Any]], path: Path) -> None:
              *(f"- {key}: " + (", ".join(f"`{k['origin']}`" for k in results[key].get("kept") or []) or "none")
                for key in sorted(results)), "", "## Totals", "", "```text",
              totals(runs), "```", ""]
-    _write(path.with_name("RESULTS-space-arch.md"), "\n".join(lines))
+    write_atomic(path.with_name("RESULTS-space-arch.md"), "\n".join(lines))
 
 
 def record(key: str, row: dict[str, Any], path: Path = RESULTS_JSON) -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from collections import Counter
@@ -13,6 +12,7 @@ from typing import Any
 
 from bench.space_pair import Pair
 from bench.table import table
+from lab.lab_files import write_atomic
 
 BENCH = Path(__file__).resolve().parent
 RESULTS_JSON = BENCH / "space-results.json"
@@ -20,17 +20,12 @@ COLUMNS = [("pair (spec:vllm)", "<16"), ("flavour", "<9"), ("torch", "<7"), ("ou
            ("naive", ">5"), ("faults", ">6"), ("kept", ">4"), ("host", ">4"), ("wrong", ">5"), ("wall s", ">6")]
 
 
-def load_results(path: Path) -> dict[str, dict[str, Any]]:
+def load_results(path: Path, key: str = "pairs") -> dict[str, dict[str, Any]]:
+    """A results file's rows by their key (``pairs``; the architectures column's file keeps ``runs``)."""
     try:
-        return dict(json.loads(path.read_text())["pairs"])
+        return dict(json.loads(path.read_text())[key])
     except (OSError, ValueError, KeyError):
         return {}
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def totals(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> str:
@@ -69,7 +64,7 @@ def fault_classes(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write_reports(pairs: list[Pair], results: dict[str, dict[str, Any]], path: Path = RESULTS_JSON) -> list[str]:
-    _write(path, json.dumps({"updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    write_atomic(path, json.dumps({"updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                              "pairs": results}, indent=1, sort_keys=True) + "\n")
     ran = [p for p in pairs if p.key in results]
     refused = [p for p in pairs if p.flavour != "none" and p.verdict is not None and p.key not in results]
@@ -89,5 +84,5 @@ def write_reports(pairs: list[Pair], results: dict[str, dict[str, Any]], path: P
              f"Releases with no extraction API (neither the in-process generator nor a server client): "
              f"{', '.join(no_api) or 'none'} ({sum(1 for p in pairs if p.flavour == 'none')} pairs).", "",
              "## Totals", "", "```text", last, "```", ""]
-    _write(path.with_name("RESULTS-space.md"), "\n".join(lines))
+    write_atomic(path.with_name("RESULTS-space.md"), "\n".join(lines))
     return lines[:-2]
