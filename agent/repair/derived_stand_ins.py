@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from agent.repair.context import candidate, evidence_line, library_definitions, read_source
 from agent.repair.derived_members import NO_ATTRIBUTE
@@ -116,33 +118,60 @@ def add_member(src: Source, target: ast.ClassDef, given: ast.stmt, attr: str) ->
     return replace_span(src.text, at, at, "\n" + "\n".join(lines))
 
 
-def noop_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+@dataclass(frozen=True)
+class NoopStandIn:
+    """A stand-in class whose every method is the library's no-op and whose siblings do not define the missing
+    member: the place the two no-op repairs below give it one."""
+
+    cls: str
+    attr: str
+    place: Any
+    src: Source
+    stands_in: dict[Any, list[str]]
+    target: ast.ClassDef
+    methods: list[tuple[str, ast.expr]]
+    caller: Source
+    frame: Any
+
+    def with_member(self, value: str) -> str:
+        """The stand-in's module with ``self.<attr> = value`` as the last line of its ``__init__``."""
+        init = next(n for n in self.target.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        at = self.src.end(init.body[-1])
+        return replace_span(self.src.text, at, at, f"\n{self.src.indent_of(init.body[-1].lineno)}self.{self.attr} = "
+                                                   f"{value}")
+
+
+def noop_stand_ins(ctx: RepairContext, fault: Fault, used: Callable[[Source, int, str], bool]
+                   ) -> Iterator[NoopStandIn]:
+    """For ``'X' object has no attribute 'a'`` raised at a line where ``used`` says how the caller uses ``a``:
+    each stand-in X on this host whose methods are all no-ops and whose siblings do not define ``a``."""
     match = NO_ATTRIBUTE.search(fault.message)
     frames = host_frames(ctx, fault)
     if not match or fault.finding is not None or not frames:
-        return []
+        return
     cls, attr = match["cls"], match["attr"]
     caller = read_source(ctx, frames[0].file)
-    if caller is None or not called_for_effect(caller, frames[0].line, attr):
-        return []
+    if caller is None or not used(caller, frames[0].line, attr):
+        return
     for place, src, stands_in, target in stand_in_classes(ctx, cls):
         if any(member_of(c, attr) is not None for c in stands_in):
             continue  # a sibling's definition is stand_in_member's answer
         methods = init_methods(target)
-        if not methods or not all(is_noop(src, value) for _, value in methods):
-            continue
-        value = methods[0][1]
-        init = next(n for n in target.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-        at = src.end(init.body[-1])
-        text = replace_span(src.text, at, at, f"\n{src.indent_of(init.body[-1].lineno)}self.{attr} = "
-                                              f"{ast.unparse(value)}")
-        replaced = ", ".join(stands_in[target])
-        why = (f"on this host the library puts its stand-in {cls} in place of {replaced}; every method it gives "
-               f"({', '.join(n for n, _ in methods)}) is the no-op {ast.unparse(value)}, and the caller calls {attr} "
-               f"for its effect alone: give {cls} the same no-op for {attr}")
-        return [candidate(ctx, {place.path: text}, origin="derived:platform:noop_member", rationale=why,
-                          evidence=[f"{place.path}:{target.lineno}: class {cls} (in place of {replaced})",
-                                    evidence_line(frames[0].file, frames[0].line, caller.line(frames[0].line))])]
+        if methods and all(is_noop(src, value) for _, value in methods):
+            yield NoopStandIn(cls, attr, place, src, stands_in, target, methods, caller, frames[0])
+
+
+def noop_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    for it in noop_stand_ins(ctx, fault, called_for_effect):
+        value = it.methods[0][1]
+        text = it.with_member(ast.unparse(value))
+        replaced = ", ".join(it.stands_in[it.target])
+        why = (f"on this host the library puts its stand-in {it.cls} in place of {replaced}; every method it gives "
+               f"({', '.join(n for n, _ in it.methods)}) is the no-op {ast.unparse(value)}, and the caller calls "
+               f"{it.attr} for its effect alone: give {it.cls} the same no-op for {it.attr}")
+        return [candidate(ctx, {it.place.path: text}, origin="derived:platform:noop_member", rationale=why,
+                          evidence=[f"{it.place.path}:{it.target.lineno}: class {it.cls} (in place of {replaced})",
+                                    evidence_line(it.frame.file, it.frame.line, it.caller.line(it.frame.line))])]
     return []
 
 
@@ -202,36 +231,22 @@ print(json.dumps({n: inspect.getdoc(getattr(obj, n, None)) or "" for n in names}
 
 
 def answered_member(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    match = NO_ATTRIBUTE.search(fault.message)
-    frames = host_frames(ctx, fault)
-    if not match or fault.finding is not None or not frames:
-        return []
-    cls, attr = match["cls"], match["attr"]
-    caller = read_source(ctx, frames[0].file)
-    if caller is None or not answer_used(caller, frames[0].line, attr):
-        return []
-    for place, src, stands_in, target in stand_in_classes(ctx, cls):
-        if any(member_of(c, attr) is not None for c in stands_in):
-            continue  # a sibling's definition is stand_in_member's answer
-        methods = init_methods(target)
-        if not methods or not all(is_noop(src, value) for _, value in methods):
-            continue
-        for replaced in stands_in[target]:
-            docs = replaced_docs(ctx, replaced, [attr, *(n for n, _ in methods)]) or {}
-            waiting = settling_noop(docs, attr, [n for n, _ in methods])
+    for it in noop_stand_ins(ctx, fault, answer_used):
+        attr, names = it.attr, [n for n, _ in it.methods]
+        for replaced in it.stands_in[it.target]:
+            docs = replaced_docs(ctx, replaced, [attr, *names]) or {}
+            waiting = settling_noop(docs, attr, names)
             if waiting is None:
                 continue
-            init = next(n for n in target.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-            at = src.end(init.body[-1])
-            text = replace_span(src.text, at, at, f"\n{src.indent_of(init.body[-1].lineno)}self.{attr} = lambda: True")
-            why = (f"on this host the library puts its stand-in {cls} in place of {replaced}, whose {attr}() is by its "
-                   f"own words True once what its {waiting}() handles is done (see the evidence); the stand-in's "
+            why = (f"on this host the library puts its stand-in {it.cls} in place of {replaced}, whose {attr}() is by "
+                   f"its own words True once what its {waiting}() handles is done (see the evidence); the stand-in's "
                    f"{waiting} is a no-op, so nothing is ever pending: {attr}() is True")
-            return [candidate(ctx, {place.path: text}, origin="derived:platform:noop_answer", rationale=why,
-                              evidence=[f"{place.path}:{target.lineno}: class {cls} (in place of {replaced})",
+            text = it.with_member("lambda: True")
+            return [candidate(ctx, {it.place.path: text}, origin="derived:platform:noop_answer", rationale=why,
+                              evidence=[f"{it.place.path}:{it.target.lineno}: class {it.cls} (in place of {replaced})",
                                         f"{replaced}.{attr}: {quote(docs[attr], ANSWERS)}",
                                         f"{replaced}.{waiting}: {quote(docs[waiting], SETTLES)}",
-                                        evidence_line(frames[0].file, frames[0].line, caller.line(frames[0].line))])]
+                                        evidence_line(it.frame.file, it.frame.line, it.caller.line(it.frame.line))])]
     return []
 
 
