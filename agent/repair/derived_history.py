@@ -28,14 +28,14 @@ from packaging.requirements import Requirement as Spec
 from packaging.version import InvalidVersion, Version
 
 from agent.repair.context import module_of
-from agent.repair.derived_packages import importing_frame, pristine_of
+from agent.repair.derived_packages import fails_as_shipped
 from agent.repair.types import Candidate, Check, Fault, RepairContext
 from tools.diffs import env_patch
 from tools.envprobe import PristineImport
 from tools.errors import MedicError, SourceError
 from tools.history import requires_of, upload_times
 from tools.overlay import Tried, pip_step, try_overlay
-from tools.requirements import Declared, Requirement, declared_ranges, normalize
+from tools.requirements import Declared, Requirement, normalize
 
 MAX_TRIES = 5  # each is a pip plan, a download and an import in the target env
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
@@ -46,17 +46,11 @@ class ImportMismatch(MedicError):
 
 
 def environment_history(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    if fault.finding is not None:
+    failing = fails_as_shipped(ctx, fault)  # else: a patch's doing, not an import fault, or it cannot be told
+    if failing is None:
         return []
-    frame = importing_frame(ctx, fault)
-    module = module_of(ctx, frame.file) if frame else None
-    if frame is None or module is None:
-        return []
-    pristine = pristine_of(ctx, module)
-    if pristine.ok is not False:
-        return []  # it imports as shipped (a patch's doing, or not an import fault), or it cannot be told
+    module, pristine, declared = failing.module, failing.pristine, failing.declared
     package = module.split(".")[0]
-    declared = declared_ranges(ctx.host, ctx.python, package)
     if declared.conflicts:
         return []  # a declared range is violated: derived_packages' host step, or nothing
     tried: list[Tried] = []

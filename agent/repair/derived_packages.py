@@ -15,28 +15,47 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 
 from agent.repair.context import module_of
 from agent.repair.types import Candidate, Check, Fault, FrameRef, RepairContext
 from tools.diffs import env_patch
 from tools.envprobe import PristineImport, pristine_import
-from tools.requirements import Requirement, declared_ranges, pip_check, pip_says
+from tools.requirements import Declared, Requirement, declared_ranges, pip_check, pip_says
 
 MODULE_FRAME = "<module>"
 
 
-def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+@dataclass(frozen=True)
+class ShippedImportFails:
+    """A fixable package failing while it is imported, and failing as shipped too (medic's patches set aside):
+    the frame that ran its module body, that module, the pristine import, the package's declared ranges."""
+
+    frame: FrameRef
+    module: str
+    pristine: PristineImport
+    declared: Declared
+
+
+def fails_as_shipped(ctx: RepairContext, fault: Fault) -> ShippedImportFails | None:
+    """What both env-package repairs start from (this one and derived_history's); None when it is not that."""
     if fault.finding is not None:
-        return []
+        return None
     frame = importing_frame(ctx, fault)
     module = module_of(ctx, frame.file) if frame else None
     if frame is None or module is None:
-        return []
+        return None
     pristine = pristine_of(ctx, module)
     if pristine.ok is not False:
-        return []  # it imports as shipped (so not the environment's doing), or it cannot be told
-    package = module.split(".")[0]
-    declared = declared_ranges(ctx.host, ctx.python, package)
+        return None  # it imports as shipped (so not the environment's doing), or it cannot be told
+    return ShippedImportFails(frame, module, pristine, declared_ranges(ctx.host, ctx.python, module.split(".")[0]))
+
+
+def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    failing = fails_as_shipped(ctx, fault)
+    if failing is None:
+        return []
+    frame, module, pristine, declared = failing.frame, failing.module, failing.pristine, failing.declared
     culprits = [r for r in declared.conflicts if implicated(r, fault, pristine)]
     if not culprits:
         return []
