@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Sequence
 
+from tools import pysyntax
 from tools import source as src_tools
 from tools.errors import MedicError
 from tools.host import Host
@@ -38,7 +39,7 @@ def tempdir_variables(source: str) -> list[str]:
     """The variables an env module reads whose default is the temp dir: ``"VAR": lambda: os.getenv("VAR",
     tempfile.gettempdir())`` (vLLM's table), or a module-level ``VAR = os.getenv("VAR", tempfile.gettempdir())``."""
     try:
-        tree = ast.parse(source)
+        tree = pysyntax.parse(source)
     except SyntaxError:
         return []
     found: list[str] = []
