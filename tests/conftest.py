@@ -4,6 +4,7 @@ run side by side (`make test` runs two pytest-xdist workers with ``--dist loadsc
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -19,6 +20,10 @@ os.environ["MEDIC_STRICT_EVENTS"] = "1"
 if "MEDIC_HOME" not in os.environ:
     os.environ["MEDIC_HOME"] = tempfile.mkdtemp(prefix="medic-test-home-")
     atexit.register(shutil.rmtree, os.environ["MEDIC_HOME"], True)
+
+# the tests send Ctrl-C (SIGINT) to the medic they start: a suite started in the background (`make test &`,
+# nohup) inherits SIGINT ignored, and an ignored signal stays ignored in every child; a handled one is reset
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Modules that share something only one test may use at a time run on one worker, in file order: the one Slurm
 # cluster (its queue and node), and the host's libtcmalloc (CI removes it in test_first_contact_input; the
