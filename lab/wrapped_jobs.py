@@ -1,10 +1,11 @@
 """The server lab's job as users wrap it: a shell script, or a Python launcher, that starts the server itself.
 
 Upstream's examples, and most people's jobs, start ``vllm serve …`` in the background, wait for ``/health``, run
-``speculators generate-offline-data`` and stop the server. Written here for a server lab (its model, dataset and the
-server's own options), to be typed as ``medic run --python <lab python> --workdir <lab>/work -- bash run.sh`` (or
-``-- python launch.py``): no ``--server``, no ``--validate``, no ``--output``. tests/test_wrapped_job.py runs the
-script; ``python bench/server.py --job script|launcher`` runs either and prints its loads beside the ``--server`` form.
+``speculators generate-offline-data`` and stop the server. Written here for a server lab (its model, dataset, layer
+ids and connector; vLLM's own front-end defaults, as upstream's examples leave them), to be typed as
+``medic run --python <lab python> --workdir <lab>/work -- bash run.sh`` (or ``-- python launch.py``): no
+``--server``, no ``--validate``, no ``--output``. tests/test_wrapped_job.py runs the script;
+``python bench/server.py --job script|launcher`` runs either and prints its loads beside the ``--server`` form.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ PORT=@PORT@
 SPEC='@SPEC@'
 KV='@KV@'
 python -m vllm.entrypoints.cli.main serve "$MODEL" --speculative_config "$SPEC" --kv_transfer_config "$KV" \\
-    @FRONT_END@ --host 127.0.0.1 --port $PORT --max-model-len 512 &
+    --host 127.0.0.1 --port $PORT --max-model-len 512 &
 SERVER=$!
 until curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; do
   kill -0 $SERVER 2>/dev/null || { echo "server died"; exit 1; }
@@ -48,7 +49,7 @@ KV = @KV@
 
 def main() -> int:
     server = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", MODEL,
-                               "--speculative_config", SPEC, "--kv_transfer_config", KV, @FRONT_END@
+                               "--speculative_config", SPEC, "--kv_transfer_config", KV,
                                "--host", "127.0.0.1", "--port", str(PORT), "--max-model-len", "512"])
     try:
         while True:
@@ -85,13 +86,11 @@ def write_job(lab: ServerLabPaths, kind: str, port: int | None = None) -> list[s
     """Write the ``kind`` job ("script" or "launcher") into the lab's work folder; the command that runs it."""
     name, template = FILES[kind]
     server = lab.server_command()
-    options = server[server.index("--kv_transfer_config") + 2:server.index("--host")]  # the front-end defaults
     quote = json.dumps if kind == "launcher" else str  # a Python literal, or a word the script quotes itself
     values = {"@MODEL@": quote(str(lab.model("tiny"))), "@PORT@": str(port or free_port()),
               "@DATA@": quote(str(lab.dataset)),
               "@SPEC@": quote(server[server.index("--speculative_config") + 1]),
-              "@KV@": quote(server[server.index("--kv_transfer_config") + 1]),
-              "@FRONT_END@": " ".join(f"{json.dumps(o)}," if kind == "launcher" else o for o in options)}
+              "@KV@": quote(server[server.index("--kv_transfer_config") + 1])}
     text = template
     for key, value in values.items():
         text = text.replace(key, value)
