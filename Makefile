@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 APT_PKGS := openssh-server chromium tmux
 
-.PHONY: demo test check check-pythons lint typecheck system-deps lab lab-variants lab-server llm-server clean-sessions slurm-up slurm-down
+.PHONY: demo test test-long check check-pythons lint typecheck system-deps lab lab-variants lab-server llm-server clean-sessions slurm-up slurm-down
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -57,7 +57,12 @@ llm-server: lab
 # Two workers side by side (pytest-xdist): most tests wait on real processes (loads, polls, Slurm); tests/conftest.py
 # keeps the modules that share a resource on one worker.
 test: $(STAMP) system-deps lab lab-variants lab-server llm-server slurm-up
-	@$(BIN)/python -m pytest -q -n 2 --dist loadscope; code=$$?; lab/slurm_down.sh; \
+	@$(BIN)/python -m pytest -q -n 2 --dist loadscope -m "not long"; code=$$?; lab/slurm_down.sh; \
+	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
+
+# The long tier (tests/conftest.py LONG): whole real-lab sessions whose paths `make test` covers more cheaply.
+test-long: $(STAMP) system-deps lab lab-variants lab-server llm-server slurm-up
+	@$(BIN)/python -m pytest -q -n 2 --dist loadscope -m long; code=$$?; lab/slurm_down.sh; \
 	if [ $$code -eq 5 ]; then echo "pytest ran no test" >&2; exit 1; fi; exit $$code
 
 lint: $(STAMP)

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from agent.repair.types import Candidate, Check, RepairContext
+from tools import pysyntax
 from tools import source as src_tools
 from tools.envprobe import pristine_import
 from tools.errors import HostUnreachable, MedicError
@@ -17,7 +18,7 @@ CheckResult = tuple[bool, str]
 
 def check_compile(ctx: RepairContext, check: Check, env: Mapping[str, str]) -> CheckResult:
     try:
-        compile(read_text(ctx.host, check.target), check.target, "exec")
+        pysyntax.check_compiles(read_text(ctx.host, check.target), check.target)
     except SyntaxError as exc:
         return False, f"line {exc.lineno}: {exc.msg}"
     return True, "compiles"

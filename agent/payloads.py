@@ -71,6 +71,7 @@ class ScanData(TypedDict, total=False):
     summary: str
     findings: int
     repaired: int
+    stopped: str  # why the scan ended before reading everything (the host did not answer): the launches go on
 
 
 class CanaryData(TypedDict, total=False):

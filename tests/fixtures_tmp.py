@@ -24,10 +24,25 @@ def held_sockets() -> set[str]:
     return {parts[-1] for parts in (line.split() for line in lines) if len(parts) >= 8 and parts[-1].startswith("/")}
 
 
+def folders_in_use(prefix: str) -> set[str]:
+    """The IPC folders live processes were started with (a variable of their environment names it): the runs of
+    another medic on this machine (a bench beside the suite) are theirs, not the suite's leftovers."""
+    found: set[str] = set()
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            entries = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone, or not ours to read
+        found.update(value for entry in entries if (value := entry.decode(errors="replace").partition("=")[2])
+                     .startswith(prefix))
+    return found
+
+
 def leftovers(root: Path | None = None) -> set[str]:
-    """Socket files under the temp dir (top level) that no process holds, and runs' IPC folders."""
+    """Socket files under the temp dir (top level) that no process holds, and runs' IPC folders no live process
+    was started with."""
     root = root or Path(tempfile.gettempdir())
-    held = held_sockets()
+    held = held_sockets() | folders_in_use(str(root / ipc_dir.PREFIX))
     found: set[str] = set()
     for entry in root.iterdir():
         try:
@@ -35,7 +50,7 @@ def leftovers(root: Path | None = None) -> set[str]:
         except OSError:
             continue  # gone while we looked
         dropped = stat.S_ISSOCK(mode) and str(entry) not in held
-        if dropped or (stat.S_ISDIR(mode) and entry.name.startswith(ipc_dir.PREFIX)):
+        if dropped or (stat.S_ISDIR(mode) and entry.name.startswith(ipc_dir.PREFIX) and str(entry) not in held):
             found.add(str(entry))
     return found
 

@@ -5,6 +5,7 @@ them are read from the library's own env module."""
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -82,8 +83,14 @@ def test_the_suites_check_counts_dropped_sockets_and_folders_not_held_ones(tmp_p
     dropped.close()  # its file stays, as a stopped engine's does
     held.bind(str(tmp_path / "held"))
     (tmp_path / f"{ipc_dir.PREFIX}abc123").mkdir()
+    in_use = tmp_path / f"{ipc_dir.PREFIX}live42"  # another medic's run, alive beside the suite
+    in_use.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={VAR: str(in_use)})
     (tmp_path / "plain").write_text("not a socket")
     try:
         assert leftovers(tmp_path) == {str(tmp_path / "dropped"), str(tmp_path / f"{ipc_dir.PREFIX}abc123")}
     finally:
         held.close()
+        live.kill()
+        live.wait()
+    assert str(in_use) in leftovers(tmp_path)  # its process gone, the folder is left over

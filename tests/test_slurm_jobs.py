@@ -4,12 +4,14 @@ loopback, as a login node would be): the same commands through the Host seam."""
 
 from __future__ import annotations
 
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tools import slurm
+from tools import ipc_dir, slurm
 from tools.host import Host, LocalHost
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
@@ -74,3 +76,25 @@ def test_sbatch_refusing_a_job_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(slurm.RunError, match="sbatch refused the job"):
         slurm.submit(LocalHost(), ["true"], run_dir=str(tmp_path), job_name="medic-test-bad",
                      partition="no-such-partition")
+
+
+def test_each_task_binds_its_sockets_in_a_folder_of_its_own_gone_with_the_job(host: Host, tmp_path: Path) -> None:
+    """A task that ends, and one scancel ends, each leave nothing in the temp dir (tools/ipc_dir.py)."""
+    from tests.test_ipc_dir import BIND, VAR
+
+    job = slurm.submit(host, [sys.executable, "-c", BIND, "{shard}"], run_dir=str(tmp_path / "runs"),
+                       job_name="medic-test-ipc", shards=[0, 120], ipc_vars=[VAR])
+    sockets: dict[int, Path] = {}
+    deadline = time.monotonic() + 60
+    while len(sockets) < 2 and time.monotonic() < deadline:
+        for shard in (0, 120):
+            said = slurm.follow(host, job, 0, shard=shard).data.decode().split()
+            if said:
+                sockets[shard] = Path(said[0])
+        time.sleep(0.2)
+    slurm.cancel(host, job, shards=[120])
+    wait_ended(host, job)
+    slurm.drop_ipc(host, job)
+    assert {s.parent.parent for s in sockets.values()} == {Path(tempfile.gettempdir())}, sockets
+    assert all(s.parent.name.startswith(ipc_dir.PREFIX) for s in sockets.values()), sockets
+    assert not [s.parent for s in sockets.values() if s.parent.exists()], "a task's folder outlived the job"

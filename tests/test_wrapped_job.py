@@ -11,7 +11,6 @@ output folder, the model and the server's layer ids. No more server loads than t
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -21,55 +20,18 @@ from agent.config import Budgets, SessionConfig, Target
 from agent.job import target_launches
 from agent.session import run_session
 from lab.server_lab import SERVER_RUN_ENV, ServerLabPaths
+from lab.wrapped_jobs import write_job
 
 pytestmark = pytest.mark.lab
-
-RUN_SH = """#!/bin/bash
-MODEL=@MODEL@
-PORT=@PORT@
-SPEC='@SPEC@'
-KV='@KV@'
-python -m vllm.entrypoints.cli.main serve "$MODEL" --speculative_config "$SPEC" --kv_transfer_config "$KV" \\
-    --api-server-count 4 --renderer-num-workers 2 --host 127.0.0.1 --port $PORT --max-model-len 512 &
-SERVER=$!
-until curl -sf "http://127.0.0.1:$PORT/health" > /dev/null; do
-  kill -0 $SERVER 2>/dev/null || { echo "server died"; exit 1; }
-  sleep 1
-done
-speculators generate-offline-data --model "$MODEL" --endpoint "http://127.0.0.1:$PORT/v1" \\
-    --preprocessed-data @DATA@ --output hidden_states --concurrency 2
-status=$?
-kill $SERVER
-wait $SERVER
-exit $status
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def script_for(lab: ServerLabPaths) -> str:
-    """The lab's own server and client, as a user's script writes them: variables, quotes, a health loop."""
-    server = lab.server_command()
-    values = {"@MODEL@": str(lab.model("tiny")), "@PORT@": str(free_port()), "@DATA@": str(lab.dataset),
-              "@SPEC@": server[server.index("--speculative_config") + 1],
-              "@KV@": server[server.index("--kv_transfer_config") + 1]}
-    text = RUN_SH
-    for key, value in values.items():
-        text = text.replace(key, value)
-    return text
 
 
 def test_a_server_job_wrapped_in_a_script_verifies_with_no_validate_and_two_server_loads(
         private_server_lab: ServerLabPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lab = private_server_lab
-    (lab.work / "run.sh").write_text(script_for(lab))
+    command = write_job(lab, "script")
     monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
     traces = tmp_path / "traces"
-    target = Target(python=str(lab.python), workdir=str(lab.work), command=["bash", "run.sh"],
+    target = Target(python=str(lab.python), workdir=str(lab.work), command=command,
                     env=dict(SERVER_RUN_ENV))  # as typed: no --server, no --validate, no --output
     config = SessionConfig(session_id="wrapped", target=target, traces_dir=str(traces),
                            budgets=Budgets(max_launches=3, max_wall=3600))
@@ -79,6 +41,8 @@ def test_a_server_job_wrapped_in_a_script_verifies_with_no_validate_and_two_serv
     wrapped = next(r["data"]["wrapped"] for r in rows if r.get("kind") == "preflight")  # the header has no kind
     assert wrapped["server"][0] == str(lab.python) and wrapped["client"][:2] == ["speculators",
                                                                                   "generate-offline-data"]
+    ended = [r["data"] for r in rows if r.get("kind") == "exit"]
+    assert outcome != "internal_error", ended[-1].get("traceback") if ended else values.get("outcome_detail")
     scan_found = [f for f in values["faults"] if f["stage"] == "scan"]
     assert {f["exc_type"].rsplit(".", 1)[-1] for f in scan_found} >= {"PackageNotFoundError"}, scan_found
     crashes = [f for f in values["faults"] if f["stage"] == "crash"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Sequence
 
+from tools import pysyntax
 from tools import source as src_tools
 from tools.errors import MedicError
 from tools.host import Host
@@ -19,11 +20,26 @@ from tools.host import Host
 PREFIX = "medic-ipc."  # what the wrapper names the folders it makes under the temp dir
 
 
+def make_sh(variables: Sequence[str], record: str = '"$d/ipc"') -> str:
+    """Shell that makes the run's IPC folder, writes its path to ``record`` (a file in the run's folder, so that
+    whoever ends the run can remove it too) and exports ``variables`` pointing at it; "" when there are none."""
+    exports = " ".join(f'{var}="$t"' for var in variables if var.isidentifier())
+    if not exports:
+        return ""
+    return (f't=$(mktemp -d "${{TMPDIR:-/tmp}}/{PREFIX}XXXXXX") && printf \'%s\\n\' "$t" > {record} '
+            f"&& export {exports}\n")
+
+
+def drop_sh(record: str = '"$d/ipc"') -> str:
+    """Shell that removes the IPC folder ``record`` names; only a folder of medic's name is ever removed."""
+    return f't=$(cat {record} 2>/dev/null); case "$t" in */{PREFIX}*) find "$t" -depth -delete 2>/dev/null;; esac\n'
+
+
 def tempdir_variables(source: str) -> list[str]:
     """The variables an env module reads whose default is the temp dir: ``"VAR": lambda: os.getenv("VAR",
     tempfile.gettempdir())`` (vLLM's table), or a module-level ``VAR = os.getenv("VAR", tempfile.gettempdir())``."""
     try:
-        tree = ast.parse(source)
+        tree = pysyntax.parse(source)
     except SyntaxError:
         return []
     found: list[str] = []

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from tools import pysyntax
 from tools.errors import MedicError
 from tools.host import Host, read_text
 
@@ -63,7 +64,7 @@ def argparse_defaults(driver_source: str) -> dict[str, str]:
     """{option: default} of the driver's ``add_argument("--opt", default="...")`` calls with a string default,
     model-named options first. Read from the source: the driver is never run for it."""
     try:
-        tree = ast.parse(driver_source)
+        tree = pysyntax.parse(driver_source)
     except (SyntaxError, ValueError):
         return {}
     found: dict[str, str] = {}

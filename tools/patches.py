@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tools import pysyntax
 from tools.diffs import (
     NO_NEWLINE,
     ArgEdit,
@@ -151,7 +152,7 @@ def _check_compiles(path: str, text: str) -> None:
     if not path.endswith(".py"):
         return
     try:
-        compile(text, path, "exec", dont_inherit=True)
+        pysyntax.check_compiles(text, path)
     except SyntaxError as exc:
         raise PatchDoesNotCompile(f"{path}:{exc.lineno}: {exc.msg}") from exc
     except ValueError as exc:  # e.g. a NUL byte

@@ -69,11 +69,8 @@ class RunStatus:
 
 
 # The run's own IPC folder (tools/ipc_dir.py): short, under the temp dir, its path kept in ``ipc`` so that stop()
-# removes it too when the wrapper itself had to be killed. Only a folder of that name is ever removed.
-_MAKE_IPC_SH = (f't=$(mktemp -d "${{TMPDIR:-/tmp}}/{ipc_dir.PREFIX}XXXXXX") && printf \'%s\\n\' "$t" > "$d/ipc" '
-                "&& export @VARS@\n")
-_DROP_IPC_SH = (f't=$(cat "$d/ipc" 2>/dev/null); case "$t" in */{ipc_dir.PREFIX}*) '
-                'find "$t" -depth -delete 2>/dev/null;; esac\n')
+# removes it too when the wrapper itself had to be killed.
+_DROP_IPC_SH = ipc_dir.drop_sh()
 
 # Written by medic. The pid comes first, so a run is never without one; the exit code is renamed into place,
 # so a reader sees no exit file or a whole one. The TERM trap lets stop() TERM the whole group and still get
@@ -104,8 +101,7 @@ def launch(host: Host, command: Command, *, run_dir: str, cwd: str | None = None
     if not made.ok:
         raise RunError(f"cannot prepare run folder {run.dir} on {host.name}: {made.stderr.strip()}")
     host.write_bytes_atomic(f"{run.dir}/command.sh", f"{line}\n{NOT_FOUND_TAIL}\n".encode(), mode=0o644)
-    exports = " ".join(f'{var}="$t"' for var in ipc_vars if var.isidentifier())
-    wrapper = (_WRAPPER_SH.replace("@IPC@", _MAKE_IPC_SH.replace("@VARS@", exports) if exports else "")
+    wrapper = (_WRAPPER_SH.replace("@IPC@", ipc_dir.make_sh(ipc_vars))
                .replace("@DIR@", folder).replace("@GRACE@", str(seconds(REAP_GRACE))))
     host.write_bytes_atomic(f"{run.dir}/run.sh", wrapper.encode(), mode=0o755)
     # setsid: a new session and process group, so no hangup, no job control and no timeout of the

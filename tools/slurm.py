@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tools import ipc_dir
 from tools.env_scripts import NOT_FOUND_TAIL
 from tools.errors import HostError, HostUnreachable, RunError
 from tools.host import Host, as_shell
@@ -31,13 +32,18 @@ SHARD_PLACEHOLDER = "{shard}"  # in the command (and --validate): the shard's in
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                     "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 
+# Each task has an IPC folder of its own (tools/ipc_dir.py), named in ``ipc[.<task>]``: removed when its command
+# ends, also on scancel's TERM (the trap runs once the command has ended), and by medic (drop_ipc) once the job
+# is over, for a task Slurm had to KILL.
+_IPC_RECORD = '"$d/ipc${s:+.$s}"'
 _JOB_SH = """#!/bin/sh
 d=@DIR@
 s=${SLURM_ARRAY_TASK_ID:-}
 MEDIC_SHARD=$s; export MEDIC_SHARD
-/bin/sh "$d/command${s:+.$s}.sh"
+trap : TERM
+@IPC@/bin/sh "$d/command${s:+.$s}.sh"
 code=$?
-f="$d/exit${s:+.$s}"
+""" + ipc_dir.drop_sh(_IPC_RECORD) + """f="$d/exit${s:+.$s}"
 printf '%s\\n' "$code" > "$f.tmp" && mv -f "$f.tmp" "$f"
 exit $code
 """
@@ -82,8 +88,9 @@ def with_shard(command: Sequence[str], shard: int) -> list[str]:
 
 def submit(host: Host, command: Sequence[str], *, run_dir: str, job_name: str, cwd: str | None = None,
            env: Mapping[str, str] | None = None, partition: str | None = None,
-           sbatch_args: Sequence[str] = (), shards: Sequence[int] = ()) -> SlurmJob:
-    """``sbatch`` the command (a job array over ``shards`` when given) under ``run_dir/<id>``."""
+           sbatch_args: Sequence[str] = (), shards: Sequence[int] = (), ipc_vars: Sequence[str] = ()) -> SlurmJob:
+    """``sbatch`` the command (a job array over ``shards`` when given) under ``run_dir/<id>``; ``ipc_vars`` (the
+    library's temp-dir variables, tools/ipc_dir.py) point at a folder of each task's own."""
     run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     folder = f"{run_dir.rstrip('/')}/{run_id}"
     quoted = shlex.quote(folder)
@@ -97,7 +104,8 @@ def submit(host: Host, command: Sequence[str], *, run_dir: str, job_name: str, c
         name = "command.sh" if shard is None else f"command.{shard}.sh"
         host.write_bytes_atomic(f"{folder}/{name}",
                                 f"{as_shell(words, cwd=cwd, env=shard_env)}\n{NOT_FOUND_TAIL}\n".encode())
-    host.write_bytes_atomic(f"{folder}/job.sh", _JOB_SH.replace("@DIR@", quoted).encode(), mode=0o755)
+    job_sh = _JOB_SH.replace("@IPC@", ipc_dir.make_sh(ipc_vars, _IPC_RECORD)).replace("@DIR@", quoted)
+    host.write_bytes_atomic(f"{folder}/job.sh", job_sh.encode(), mode=0o755)
     options = ["--parsable", f"--job-name={job_name}", "--open-mode=append",
                f"--output={folder}/log" + (".%a" if shards else "")]
     if cwd:
@@ -221,6 +229,13 @@ def from_exit_file(host: Host, job: SlurmJob, shard: int | None) -> TaskState:
         return TaskState(shard, "UNKNOWN")
     code = int(text) if text.isdigit() else None
     return TaskState(shard, "COMPLETED" if code == 0 else "FAILED", "", code)
+
+
+def drop_ipc(host: Host, job: SlurmJob) -> None:
+    """Remove the IPC folders of a job that is over (a task Slurm KILLed never ran its own removal)."""
+    each = ipc_dir.drop_sh('"$f"').strip()
+    host.run(f'for f in {shlex.quote(job.dir)}/ipc {shlex.quote(job.dir)}/ipc.*; do [ -f "$f" ] && {{ {each}; }}; '
+             f'done; exit 0', timeout=30.0)
 
 
 def cancel(host: Host, job: SlurmJob, shards: Sequence[int] = (), wait: float = 30.0) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tools import pysyntax
 from tools.probe.answers import MARK
 
 __all__ = ["MARK", "PROBE_PARTS", "PROBE_TEXT", "probe_script"]
@@ -28,7 +29,7 @@ _PART_DIR = Path(__file__).with_name("probe")
 def _standalone(text: str, name: str) -> str:
     """``text`` without its ``from __future__`` and ``from tools.probe...`` imports (whole statements)."""
     lines = text.split("\n")
-    for stmt in reversed(ast.parse(text, name).body):
+    for stmt in reversed(pysyntax.parse(text, name).body):
         if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").startswith(("__future__", "tools.probe")):
             del lines[stmt.lineno - 1 : stmt.end_lineno]
         elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -42,7 +43,7 @@ def probe_script(parts: tuple[str, ...] = PROBE_PARTS) -> str:
     """The whole probe as one script; the caller appends ``main(<request json>)``."""
     texts = [_standalone((_PART_DIR / f"{part}.py").read_text(encoding="utf-8"), part) for part in parts]
     script = "from __future__ import annotations\n\n" + "\n\n".join(texts)
-    compile(script, "<medic source probe>", "exec", dont_inherit=True)  # fail here, not on the target
+    pysyntax.check_compiles(script, "<medic source probe>")  # fail here, not on the target
     return script
 
 

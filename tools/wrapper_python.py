@@ -16,6 +16,8 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from tools import pysyntax
+
 PYTHON = "python"  # sys.executable: the interpreter the job's PATH gives (tools/wrapper.py maps it to --python)
 
 
@@ -126,7 +128,7 @@ def launcher_commands(text: str, env: Mapping[str, str]) -> tuple[list[tuple[lis
     the runners whose command could not be read at all). A runner's command may be a list, a string (split as
     the shell would) or a name assigned one; ``os.execv(path, args)`` passes it second."""
     try:
-        tree = ast.parse(text)
+        tree = pysyntax.parse(text)
     except SyntaxError as exc:
         return [], [f"the launcher ({exc.msg}, line {exc.lineno})"]
     values = Values(tree, env)

@@ -14,7 +14,15 @@ from typing import Any
 
 from agent.config import SessionConfig
 from agent.launch_records import LaunchRecord, SlurmLaunch
-from agent.launchers.base import Explained, LauncherDeps, LaunchPlan, RunHandle, job_environment, write_ledger
+from agent.launchers.base import (
+    Explained,
+    LauncherDeps,
+    LaunchPlan,
+    RunHandle,
+    ipc_variables,
+    job_environment,
+    write_ledger,
+)
 from agent.launchers.shard_logs import explaining_shard
 from agent.remedies import with_unset
 from agent.repair.types import Fault
@@ -53,7 +61,7 @@ class SlurmLauncher:
             env, unset = job_environment(deps, state, env_base, plan.env)
             job = slurm.submit(host, with_unset(plan.command, unset), run_dir=base, job_name=name,
                                cwd=cfg.target.workdir, env=env, partition=self.settings.partition,
-                               sbatch_args=self.settings.sbatch_args, shards=shards)
+                               sbatch_args=self.settings.sbatch_args, shards=shards, ipc_vars=ipc_variables(deps))
             ledger_job(host, ledger, n, job)
             deps.record("launch", "launch", {"n": n, "kind": kind, "run_dir": job.dir, "command": plan.command,
                                              "job_id": job.job_id, "job_name": name, "shards": list(job.shards),
@@ -87,6 +95,7 @@ class SlurmLauncher:
                 job = slurm.SlurmJob(launch["job_id"], launch["run_dir"], tuple(launch.get("shards") or ()))
                 if any(task.active for task in slurm.states(self.deps.host, job).values()):
                     slurm.cancel(self.deps.host, job)
+                slurm.drop_ipc(self.deps.host, job)
 
 
 def ledger_job(host: Host, ledger: str, n: int, job: slurm.SlurmJob) -> None:
@@ -153,6 +162,7 @@ class SlurmHandle:
             return runs.RunStatus("exited", None)
         if any(s.active for s in self.last.values()):
             return runs.RunStatus("running")
+        slurm.drop_ipc(self.deps.host, self.job)  # over: what a task Slurm KILLed left (its own removal never ran)
         return runs.RunStatus("exited", self.first_failure_code())
 
     def first_failure_code(self) -> int | None:

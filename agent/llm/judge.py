@@ -16,6 +16,7 @@ from agent.llm import prompts
 from agent.llm.tools import Proposal
 from agent.repair.context import candidate, module_of
 from agent.repair.types import Candidate, RepairContext
+from tools import pysyntax
 from tools.errors import OutsideRoots, PatchDoesNotCompile, PatchError, StaleContext
 from tools.patches import apply_hunks, parse_diff
 
@@ -79,7 +80,7 @@ def candidate_from_proposal(ctx: RepairContext, proposal: Proposal, evidence: tu
         new_text = apply_hunks(current, file_diff)  # StaleContext if the context moved
         if path.endswith(".py"):
             try:
-                compile(new_text, path, "exec", dont_inherit=True)
+                pysyntax.check_compiles(new_text, path)
             except SyntaxError as exc:
                 raise PatchDoesNotCompile(
                     f"the patched {path} does not compile (line {exc.lineno}: {exc.msg})"

@@ -34,6 +34,7 @@ from agent.repair.edits import (
     rename_keyword,
 )
 from agent.repair.types import Candidate, Check, Fault, RepairContext
+from tools import pysyntax
 from tools import source as src_tools
 from tools.errors import MedicError
 
@@ -184,7 +185,7 @@ class MapNames(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in self.mapping:
-            return ast.parse(self.mapping[node.id], mode="eval").body
+            return pysyntax.parse_expression(self.mapping[node.id])
         return node
 
 

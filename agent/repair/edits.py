@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from tools import pysyntax
 from tools.errors import SourceError
 
 
@@ -15,7 +16,7 @@ class Source:
         self.path = path
         self.text = text
         try:
-            self.tree = ast.parse(text)
+            self.tree = pysyntax.parse(text)
         except SyntaxError as exc:
             raise SourceError(f"{path} does not parse ({exc.msg} at line {exc.lineno}): cannot edit it") from exc
         self.lines = text.splitlines(keepends=True)

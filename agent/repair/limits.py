@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from agent.repair.context import library_definitions, read_source
 from agent.repair.types import Fault, RepairContext
+from tools import pysyntax
 from tools import source as src_tools
 
 MAX_BASE_DEPTH = 4  # a model class reaches its interfaces within a few mixins
@@ -73,7 +74,7 @@ def checked_interface(definitions: list[src_tools.SymbolLocation]) -> str | None
 
 def parsed(source: str) -> ast.AST:
     try:
-        return ast.parse(source)
+        return pysyntax.parse(source)
     except SyntaxError:  # a truncated definition (the probe shows at most 400 lines)
         return ast.Module(body=[], type_ignores=[])
 

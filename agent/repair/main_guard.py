@@ -20,6 +20,8 @@ import tokenize
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from tools import pysyntax
+
 SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
           ast.DictComp, ast.GeneratorExp)
 DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -36,8 +38,8 @@ def guard_module(text: str, idiom: str) -> Guarded | None:
     """``text`` with its top-level work under ``idiom`` (``if __name__ == '__main__':``), or None when the
     module has no work, does not parse, or cannot be rewritten without changing what it does."""
     try:
-        tree = ast.parse(text)
-        guard = ast.parse(idiom + "\n    pass").body[0]
+        tree = pysyntax.parse(text)
+        guard = pysyntax.parse(idiom + "\n    pass").body[0]
     except SyntaxError:
         return None
     if not isinstance(guard, ast.If):
@@ -222,7 +224,7 @@ def same_statements(tree: ast.Module, new_text: str, kept: list[ast.stmt], work:
     """The rewrite is the original statements, only placed: the kept ones at module level, the work under the
     guard, each one the same tree as before."""
     try:
-        new = ast.parse(new_text).body
+        new = pysyntax.parse(new_text).body
     except SyntaxError:
         return False
     if len(new) != len(kept) + 1 or not isinstance(new[-1], ast.If) or not isinstance(guard, ast.If):
