@@ -62,9 +62,8 @@ def test_output_right_to_bf16_precision_verifies_with_its_outliers_reported(moe:
 
 
 @lab_test
+@pytest.mark.parametrize("moe", ["gpt_oss"], indirect=True)  # the near-ties are GPT-OSS's
 def test_the_server_labs_own_checker_agrees(moe: dict[str, Any]) -> None:
-    if moe["arch"] != "gpt_oss":
-        pytest.skip("the near-ties are GPT-OSS's")
     made = moe["made"]
     done = subprocess.run([str(moe["python"]), str(REPO / "lab" / "target" / "check_server.py"), str(made["hs"]),
                            "--model", str(made["model"]), "--dataset", str(made["dataset"]), "--layers", LAYERS],
@@ -73,9 +72,8 @@ def test_the_server_labs_own_checker_agrees(moe: dict[str, Any]) -> None:
 
 
 @lab_test
+@pytest.mark.parametrize("moe", ["gpt_oss"], indirect=True)  # one architecture's: rows and layers are judged alike
 def test_spoiled_copies_still_fail(moe: dict[str, Any]) -> None:
-    if moe["arch"] != "gpt_oss":
-        pytest.skip("one architecture's spoiled copies: the rows and layers are judged alike")
     spoiled = moe["base"] / "hs-faults"
     done = subprocess.run([str(moe["python"]), str(REPO / "tests" / "lab_scripts" / "corrupt_hs_output.py"),
                            str(moe["made"]["hs"]), str(spoiled), "faults"], capture_output=True, text=True,
