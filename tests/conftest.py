@@ -37,9 +37,9 @@ SHARED = {
 GROUP_OF = {module: group for group, modules in SHARED.items() for module in modules}
 
 
-# The long tier (`make test-long`, marker ``long``): whole sessions on the real labs whose path a faster test of
-# `make test` also walks, kept out of it so that `make test` stays within 20 minutes on 2 cores. Each says which
-# tests or bench cover its path in `make test`; `make test-long` runs them all, `pytest <nodeid>` runs any one.
+# The long tier (`make test-long`, marker ``long``): whole sessions on the real labs, and one oracle over a whole
+# library, whose path a faster test of `make test` also walks; kept out of it so that `make test` stays within 20
+# minutes on 2 cores. Each says which tests cover its path in `make test`; `pytest <nodeid>` runs any one.
 LONG = {
     "tests/test_agent_lab.py::test_pristine_lab_to_verified_output_then_a_second_run_changes_nothing":
         "the no-scan cascade (one launch a fault): bench/cascade.py's medic-no-scan row; with the scan, test_as_typed",
@@ -59,6 +59,12 @@ LONG = {
         "approve mode: test_approve, test_answers and test_readme_commands' approve-mode session",
     "tests/test_panel_terminal.py::test_the_panel_in_a_terminal_and_the_same_session_through_a_pipe":
         "the panel: test_panel_state and test_people_text; the lab session with the scan: test_as_typed",
+    "tests/test_wrapped_job.py::test_a_server_job_wrapped_in_a_script_verifies_with_no_validate_and_two_server_loads":
+        "reading through a wrapper and running it activated: test_wrapper; the server session: test_hs_validation",
+    "tests/test_slurm_session.py::test_a_lab_session_under_slurm_repairs_the_run_fault_and_resubmits":
+        "sessions under the real Slurm: test_slurm_session's fake-target ones; the lab session: test_as_typed",
+    "tests/test_signature_corpus.py::":
+        "an oracle over every call of the lab's library: the signature rules' tests, test_scan, test_wrapped_keyword",
 }
 
 
