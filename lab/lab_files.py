@@ -57,6 +57,7 @@ def write_target_files(p: LabPaths) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     write_atomic(p.driver, target_file("extract.py"))
     write_atomic(p.checker, target_file("check.py"))
+    write_atomic(p.checker.parent / "check_server.py", target_file("check_server.py"))  # the precision rule it uses
     write_atomic(p.root / "tools" / "make_model.py", target_file("make_model.py"))
 
 
