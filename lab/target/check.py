@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from check_server import PERTURBED, job_dtype, judge_layer, token_errors  # beside this file in the lab
+from check_server import PERTURBED, job_dtype, judge_pooled, token_errors  # beside this file in the lab
 
 
 def fail_input(message: str) -> int:
@@ -85,27 +85,17 @@ def main() -> int:
             near = [[forward(model, ids), *(nudged(model, ids, dtype, seed) for seed in range(PERTURBED))]
                     for _, ids, _, _ in pending]
         for layer in sorted({layer for _, _, layers, _ in pending for layer in layers}):
-            errors, deviations, bounds, where = [], [], [], []
-            for (index, _, layers, states), ref_row, near_row in zip(pending, exact, near, strict=True):
-                if layer not in layers:
-                    continue
-                ref = ref_row[layer + 1]
-                bound = args.tolerance * max(ref.abs().max().item(), 1e-6)
-                errors.append(token_errors(states[layers.index(layer)], ref, 0.0) / bound)
-                deviations += [(n[layer + 1].float() - ref).abs().amax(dim=-1) / bound for n in near_row]
-                bounds.append(torch.full((len(ref),), bound))
-                where += [index] * len(ref)
-            e, b = torch.cat(errors), torch.cat(bounds)
-            judged = judge_layer(e, torch.cat(deviations) if deviations else torch.zeros(0))
-            absolute = e * b
-            per_layer[layer] = absolute.max().item()
-            failing = judged["failing"].nonzero().flatten().tolist()
-            if failing or judged["too_many"]:
-                first = failing[0] if failing else int(judged["over"].nonzero().flatten()[0])
-                problems.append(f"sequence {where[first]} layer {layer}: max abs error {absolute[first].item():.4f} > "
-                                f"{args.tolerance} x scale {b[first].item() / args.tolerance:.3f}, beyond the "
+            pooled = judge_pooled([(index, states[layers.index(layer)], ref_row[layer + 1],
+                                    [n[layer + 1] for n in near_row])
+                                   for (index, _, layers, states), ref_row, near_row in zip(pending, exact, near,
+                                                                                            strict=True)
+                                   if layer in layers], args.tolerance)
+            per_layer[layer] = pooled["max"]
+            if (first := pooled["first"]) is not None:
+                problems.append(f"sequence {first['row']} layer {layer}: max abs error {first['error']:.4f} > "
+                                f"{args.tolerance} x scale {first['bound'] / args.tolerance:.3f}, beyond the "
                                 f"{str(dtype).removeprefix('torch.')} forward's own precision "
-                                f"({int(judged['over'].sum())} of {len(e)} tokens over)")
+                                f"({first['over']} of {first['tokens']} tokens over)")
 
     verified = not problems
     report = {

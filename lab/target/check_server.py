@@ -55,6 +55,31 @@ def judge_layer(errors: Any, deviations: Any) -> dict[str, Any]:
             "too_many": share > PRECISION_MARGIN * own_share + 1 / max(errors.numel(), 1)}
 
 
+def judge_pooled(rows: list[tuple[int, Any, Any, list[Any]]], tolerance: float) -> dict[str, Any]:
+    """One layer over the rows checked, each row ``(its index, its tokens' states, the fp32 reference, the
+    model-dtype references)``: the layer's largest absolute error, and the first token that fails it (``None``
+    when none does) with its row, its absolute error, its row's bound and how many tokens were over."""
+    import torch
+
+    errors, deviations, bounds, where = [], [], [], []
+    for index, got, ref, near in rows:
+        bound = tolerance * max(ref.abs().max().item(), 1e-6)
+        errors.append(token_errors(got, ref, 0.0) / bound)
+        deviations += [(n.float() - ref).abs().amax(dim=-1) / bound for n in near]
+        bounds.append(torch.full((len(ref),), bound))
+        where += [index] * len(ref)
+    e, b = torch.cat(errors), torch.cat(bounds)
+    judged = judge_layer(e, torch.cat(deviations) if deviations else torch.zeros(0))
+    absolute = e * b
+    failing = judged["failing"].nonzero().flatten().tolist()
+    first = None
+    if failing or judged["too_many"]:
+        at = failing[0] if failing else int(judged["over"].nonzero().flatten()[0])
+        first = {"row": where[at], "error": absolute[at].item(), "bound": b[at].item(),
+                 "over": int(judged["over"].sum()), "tokens": len(e)}
+    return {"max": absolute.max().item(), "first": first}
+
+
 def reference_states(model: Any, ids: Any) -> list[Any]:
     """HF's hidden states with the last entry replaced by the last decoder layer's output before the norm."""
     import torch
@@ -147,27 +172,17 @@ def main() -> int:
         near = [[reference_states(model, ids), *(perturbed(model, ids, dtype, seed) for seed in range(PERTURBED))]
                 for _, ids, _ in pending]
     for k, layer in enumerate(layers):
-        errors, deviations, bounds, where = [], [], [], []
-        for (index, _, got), ref_row, near_row in zip(pending, exact, near, strict=True):
-            ref = ref_row[layer].float()
-            bound = args.tolerance * max(ref.abs().max().item(), 1e-6)
-            errors.append(token_errors(got[:, k, :], ref, 0.0) / bound)
-            deviations += [(n[layer].float() - ref).abs().amax(dim=-1) / bound for n in near_row]
-            bounds.append(torch.full((len(ref),), bound))
-            where += [index] * len(ref)
-        if not errors:
+        if not pending:
             continue
-        e, b = torch.cat(errors), torch.cat(bounds)
-        j = judge_layer(e, torch.cat(deviations) if deviations else torch.zeros(0))
-        absolute = e * b
-        per_layer[layer] = absolute.max().item()
-        failing = j["failing"].nonzero().flatten().tolist()
-        if failing or j["too_many"]:
-            first = failing[0] if failing else int(j["over"].nonzero().flatten()[0])
-            problems.append(f"row {where[first]} layer {layer}: max abs error {absolute[first].item():.4f} > "
-                            f"{args.tolerance} x scale ({b[first].item():.4f}), beyond the "
+        pooled = judge_pooled([(index, got[:, k, :], ref_row[layer].float(), [n[layer] for n in near_row])
+                               for (index, _, got), ref_row, near_row in zip(pending, exact, near, strict=True)],
+                              args.tolerance)
+        per_layer[layer] = pooled["max"]
+        if (first := pooled["first"]) is not None:
+            problems.append(f"row {first['row']} layer {layer}: max abs error {first['error']:.4f} > "
+                            f"{args.tolerance} x scale ({first['bound']:.4f}), beyond the "
                             f"{str(dtype).removeprefix('torch.')} forward's own precision "
-                            f"({int(j['over'].sum())} of {len(e)} tokens over)")
+                            f"({first['over']} of {first['tokens']} tokens over)")
     verified = not problems
     report = {"verified": verified, "sequences": len(rows), "values_checked": len(rows),
               "tolerance": args.tolerance, "max_abs_error_per_layer": per_layer, "problems": problems[:50]}
