@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(order)} pair(s) to run, in this order: {' '.join(p.key for p in order)}")
         return 0
     os.nice(10)  # a background bench: the machine's other work goes first
+    signal.signal(signal.SIGTERM, interrupted)  # `kill` stops it as Ctrl-C does: the pair in flight is ended
     work = Path(tempfile.mkdtemp(prefix="medic-space-"))
     try:
         for pair in order:
@@ -176,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = write_reports(pairs, results, args.results)
     print(lines[-1])
     return 0
+
+
+def interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

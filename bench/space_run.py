@@ -104,12 +104,17 @@ def medic_on_copy(pair: Pair, copy: Path, work: Path, max_launches: int, *, nece
                   ) -> dict[str, Any]:
     """medic in a child process on a private pristine copy, then the oracles on what it said."""
     session = f"space-{copy.name}"
-    child = subprocess.run(
-        [sys.executable, "-m", "bench.space_run", json.dumps({"flavour": pair.flavour, "lab": str(copy),
-                                                              "session": session, "max_launches": max_launches,
-                                                              "necessity": necessity})],
-        cwd=ROOT, env={**os.environ, "MEDIC_HOME": str(work / "home")}, capture_output=True, text=True,
-        stdin=subprocess.DEVNULL)
+    env = {**os.environ, "MEDIC_HOME": str(work / "home")}
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", "bench.space_run", json.dumps({"flavour": pair.flavour, "lab": str(copy),
+                                                                  "session": session, "max_launches": max_launches,
+                                                                  "necessity": necessity})],
+            cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    except BaseException:  # the bench stopped (Ctrl-C, SIGTERM): a stopped medic leaves its runs up by design
+        subprocess.run([sys.executable, "-c", "from agent.cli.main import main; main()", "stop", session],
+                       cwd=ROOT, env=env, capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+        raise
     (work / f"{copy.name}.log").write_text(child.stdout + child.stderr)
     try:
         row: dict[str, Any] = json.loads(child.stdout.strip().splitlines()[-1])

@@ -4,14 +4,17 @@ scans clean, and code that already handles the drift is left alone."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
+from agent.repair.playbooks import load_playbooks
 from agent.repair.scan import scan
 from agent.repair.scan_members import grafted_member_drift
+from agent.repair.scan_playbooks import playbook_drift, predicted_fault
 from agent.repair.scan_rules import device_drift, protocol_drift, shape_drift
 from agent.repair.types import Fault, RepairContext
 from tests.fixtures_lab import GEN, WORKER
@@ -28,6 +31,8 @@ RULES = {
                "playbook:cuda-memory-query-off-cuda"),
     "graft": (grafted_member_drift, WORKER, "'LlamaModel' object has no attribute 'get_input_embeddings'",
               "else self.get_input_embeddings(input_ids)", "derived:renamed_member"),
+    "playbook": (playbook_drift, GEN, "CacheConfig() leaves enable_prefix_caching to the installed default True",
+                 "cache_config = CacheConfig(", "playbook:prefix-caching-breaks-extraction"),
 }
 
 
@@ -123,7 +128,7 @@ def test_each_rule_finds_only_the_kinds_the_registry_pairs_with_it(speculators_c
     kinds = [k for d in DRIFTS for k in d.finds]
     assert len(kinds) == len(set(kinds)), "a finding kind belongs to one detector"
     seen = {f.finding.kind for faults in found.values() for f in faults if f.finding}
-    assert {"protocol_step", "return_shape", "device_call", "grafted_member"} <= seen
+    assert {"protocol_step", "return_shape", "device_call", "grafted_member", "playbook"} <= seen
     assert repairs_for("grafted_member") == ("renamed_member",)
 
 
@@ -151,3 +156,30 @@ def test_a_second_pass_asks_the_library_nothing_it_was_told(speculators_copy) ->
     assert [f.fingerprint for f in second] == [f.fingerprint for f in first] and first
     probes = [c for c in again if c.endswith(" -B -") or "import torch" in c]
     assert probes == [], probes
+
+
+def test_a_playbook_predicts_only_a_default_the_installed_callee_really_has(speculators_copy, tmp_path: Path) -> None:
+    """The prediction reads the call and the installed default: a call that says the keyword is left alone, so is
+    a CacheConfig of the user's own, and so is an installed default that already is the remedy's value."""
+    ctx, _ = speculators_copy
+    caller = tmp_path / "work" / "caller.py"
+    caller.parent.mkdir()
+    caller.write_text("from vllm.config import CacheConfig\n\ndef build():\n"
+                      "    return CacheConfig(block_size=16, enable_prefix_caching=True)\n")
+    assert playbook_drift(ctx, sources(caller)) == []  # said, even if wrongly: no default is left to
+    caller.write_text("from vllm.config import CacheConfig\n\ndef build():\n    return CacheConfig(block_size=16)\n")
+    [fault] = playbook_drift(ctx, sources(caller))
+    assert fault.finding is not None and fault.finding.name == "prefix-caching-breaks-extraction"
+    mine = tmp_path / "work" / "mine.py"  # a CacheConfig of the user's own: no playbook speaks of it
+    mine.write_text("class CacheConfig:\n    def __init__(self, block_size, enable_prefix_caching=True): ...\n")
+    caller.write_text("from mine import CacheConfig\n\ndef build():\n    return CacheConfig(block_size=16)\n")
+    assert playbook_drift(ctx, sources(caller)) == []
+    # the installed signature as the probe gave it, its default turned to the remedy's value: nothing to predict
+    caller.write_text("from vllm.config import CacheConfig\n\ndef build():\n    return CacheConfig(block_size=16)\n")
+    sig = ctx.memo["signature:vllm.config:CacheConfig"]
+    book = next(b for b in load_playbooks() if b.id == fault.finding.name)
+    src = sources(caller)[0]
+    call = next(src.calls_named("CacheConfig"))
+    assert predicted_fault(book, src, call, sig) is not None
+    off = [dataclasses.replace(p, default_src="False") if p.name == "enable_prefix_caching" else p for p in sig.params]
+    assert predicted_fault(book, src, call, dataclasses.replace(sig, params=tuple(off))) is None

@@ -22,7 +22,7 @@ from typing import Literal
 import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.repair.context import candidate, evidence_line, fixable_frames, read_source
 from agent.repair.edits import Source, add_keyword, replace_span
@@ -100,6 +100,14 @@ class Playbook(BaseModel):
     remedy: Remedy
     rationale: str
     checks: list[PlaybookCheck] = Field(default_factory=list)
+    # how the scan may find this fault before any launch (agent/repair/scan_playbooks.py); None: only a run shows it
+    predict: Literal["keyword_left_at_default"] | None = None
+
+    @model_validator(mode="after")
+    def _predictable(self) -> Playbook:
+        if self.predict == "keyword_left_at_default" and self.remedy.kind != "add_keyword":
+            raise ValueError("predict: keyword_left_at_default needs an add_keyword remedy")
+        return self
 
     def matches(self, fault: Fault, versions: dict[str, str]) -> bool:
         return any(sig.matches(fault, versions) for sig in [self.signature, *self.also])
@@ -133,8 +141,10 @@ def load_playbooks(folder: Traversable | None = None) -> list[Playbook]:
 
 def playbook_candidates(ctx: RepairContext, fault: Fault, books: list[Playbook]) -> list[Candidate]:
     found: list[Candidate] = []
+    predicted = fault.finding.name if fault.finding and fault.finding.kind == "playbook" else None
     for book in books:
-        if book.matches(fault, ctx.versions):
+        # the scan's prediction names its playbook (no run has raised the signature yet)
+        if book.id == predicted or (predicted is None and book.matches(fault, ctx.versions)):
             made = apply_remedy(ctx, fault, book)
             if made is not None:
                 found.append(made)

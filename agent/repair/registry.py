@@ -16,6 +16,7 @@ slow, it downloads and imports), and its proof that nothing can be done is the s
     device_drift                             device_call                           playbooks (a known signature)
     grafted_member_drift                     grafted_member                        renamed_member
     platform_drift (the server's code)       distribution_name, capability         distribution_name, capability
+    playbook_drift                           playbook (a playbook's predict)       that playbook
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from agent.repair.edits import Source
 from agent.repair.scan_env import environment_drift
 from agent.repair.scan_members import grafted_member_drift
 from agent.repair.scan_platform import platform_drift
+from agent.repair.scan_playbooks import playbook_drift
 from agent.repair.scan_rules import device_drift, protocol_drift, shape_drift
 from agent.repair.scan_signatures import signature_drift
 from agent.repair.types import Candidate, Fault, FindingKind, RepairContext
@@ -98,6 +100,7 @@ DRIFTS: tuple[Drift, ...] = (
     Drift(device_drift, ("device_call",), (PLAYBOOKS,)),
     Drift(grafted_member_drift, ("grafted_member",), ("renamed_member",)),
     Drift(platform_drift, ("distribution_name", "capability"), ("distribution_name", "capability")),
+    Drift(playbook_drift, ("playbook",), (PLAYBOOKS,)),
 )
 
 

@@ -11,7 +11,7 @@ from tools.tracebacks import message_line
 
 FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
 FindingKind = Literal["unexpected_kwarg", "missing_argument", "protocol_step", "return_shape", "device_call",
-                      "grafted_member", "environment", "env_choice", "distribution_name", "capability"]
+                      "grafted_member", "environment", "env_choice", "distribution_name", "capability", "playbook"]
 
 
 @dataclass(frozen=True)
