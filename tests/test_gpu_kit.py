@@ -49,16 +49,17 @@ def test_a_named_python_that_does_not_run_is_refused_in_one_line(tmp_path: Path)
     assert got.stderr.strip() == f"find_py312: PY312={tmp_path}/shims/python3.12 is not a working Python 3.12"
 
 
-def job_words(tmp_path: Path, loop: str) -> list[str]:
-    """The medic command device_run.sh writes for ``loop``, as the shell will split it."""
+def job_words(tmp_path: Path, loop: str, flags: str = "") -> list[str]:
+    """The medic command device_run.sh writes for ``loop`` (``flags`` given to job_command after the session), as
+    the shell will split it."""
     (tmp_path / "bundle" / "job").mkdir(parents=True)
     (tmp_path / "bundle" / "job" / "loop").write_text(loop + "\n")
     script = (KIT / "device_run.sh").read_text()
     functions = "\n".join(line for line in script.splitlines() if line.startswith("loop()"))
     start = script.index("job_command() {")
     functions += "\n" + script[start:script.index("\n}\n", start) + 3]
-    out = subprocess.run(["bash", "-c", f'G={tmp_path}\n{functions}\njob_command /m/medic s1'], capture_output=True,
-                         text=True, check=True, env={"PATH": os.environ["PATH"]})
+    out = subprocess.run(["bash", "-c", f'G={tmp_path}\n{functions}\njob_command /m/medic s1 {flags}'],
+                         capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]})
     return shlex.split(out.stdout)
 
 
@@ -77,3 +78,11 @@ def test_the_device_runs_the_readme_server_example_as_typed(tmp_path: Path) -> N
 def test_the_device_runs_the_in_process_driver_without_a_loop_file(tmp_path: Path) -> None:
     words = job_words(tmp_path, "inprocess")
     assert words[words.index("--") + 1:] == ["python", "extract.py", "--model", "model", "--out", "hidden_states.pt"]
+
+
+def test_the_clean_launch_is_the_same_job_with_medic_doing_nothing_else(tmp_path: Path) -> None:
+    """device_run.sh clean: the unit of the overhead ratio is the job medic fixed, launched once, no scan or canary:
+    the flags go to medic, before the job's own words."""
+    plain, clean = job_words(tmp_path, "inprocess"), job_words(tmp_path / "c", "inprocess", "--no-scan --no-canary")
+    cut = clean.index("--")
+    assert {"--no-scan", "--no-canary"} <= set(clean[:cut]) and clean[cut:] == plain[plain.index("--"):]

@@ -211,6 +211,43 @@ def test_failed_write_restores_the_files_already_written(site: Path, ledger: str
     assert apply_patch(HOST, patch, roots=[str(site)], ledger_dir=ledger).applied  # and it can be retried
 
 
+class KilledHost(LocalHost):
+    """medic killed (SIGKILL) while it writes a patch's files: the write of one file never returns."""
+
+    def __init__(self, kill_path: str) -> None:
+        self.kill_path = kill_path
+
+    def write_bytes_atomic(self, path: str, data: bytes, mode: int | None = None) -> None:
+        if path == self.kill_path:
+            raise SystemExit("killed")  # no except of medic's runs after a kill: nothing is recorded
+        super().write_bytes_atomic(path, data, mode)
+
+
+def test_a_write_a_kill_cut_short_is_finished_by_the_next_apply(site: Path, ledger: str) -> None:
+    """The ledger says "applying" (the originals kept) before the first file is written: after a kill between
+    two files, the resumed session's apply writes the rest and records it applied; revert is byte-identical."""
+    patch = three_file_patch(site)
+    before = snapshot(site)
+    with pytest.raises(SystemExit):
+        apply_patch(KilledHost(str(site / "pkg/c.py")), patch, roots=[str(site)], ledger_dir=ledger)
+    assert ledger_entries(HOST, ledger)[0].state == "applying" and snapshot(site) != before
+    done = apply_patch(HOST, patch, roots=[str(site)], ledger_dir=ledger)
+    assert done.applied and ledger_entries(HOST, ledger)[0].state == "applied"
+    assert all(sha256(Path(f.path).read_bytes()) == f.sha256_after for f in patch.files)
+    revert_patch(HOST, patch.id, ledger_dir=ledger)
+    assert snapshot(site) == before
+
+
+def test_a_write_a_kill_cut_short_is_taken_off_by_revert(site: Path, ledger: str) -> None:
+    """`medic revert` after the same kill (no resume): the half-written patch comes off, file for file."""
+    patch = three_file_patch(site)
+    before = snapshot(site)
+    with pytest.raises(SystemExit):
+        apply_patch(KilledHost(str(site / "pkg/c.py")), patch, roots=[str(site)], ledger_dir=ledger)
+    assert revert_all(HOST, ledger) == 1
+    assert snapshot(site) == before and ledger_entries(HOST, ledger)[0].state == "reverted"
+
+
 def test_revert_refuses_when_someone_edited_the_file(site: Path, ledger: str) -> None:
     patch = three_file_patch(site)
     apply_patch(HOST, patch, roots=[str(site)], ledger_dir=ledger)

@@ -176,13 +176,13 @@ def write_all(host: Host, writes: Sequence[FileWrite]) -> None:
             if lost:
                 note += f"; could NOT put back {', '.join(lost)}: their bytes are in the ledger"
             raise PatchError(f"writing {w.path} failed ({exc}); {note}") from exc
-    # No interpreter may run the old bytecode: drop __pycache__/<module>.*.pyc (best effort).
-    stems = {
-        posixpath.join(posixpath.dirname(p), "__pycache__", posixpath.basename(p)[:-3])
-        for w in writes
-        for p in (w.path, w.real_path)
-        if p.endswith(".py")
-    }
+    drop_bytecode(host, [p for w in writes for p in (w.path, w.real_path)])
+
+
+def drop_bytecode(host: Host, paths: Sequence[str]) -> None:
+    """No interpreter may run the old bytecode: drop __pycache__/<module>.*.pyc (best effort)."""
+    stems = {posixpath.join(posixpath.dirname(p), "__pycache__", posixpath.basename(p)[:-3])
+             for p in paths if p.endswith(".py")}
     if stems:
         host.run("rm -f -- " + " ".join(f"{shlex.quote(s)}.*.pyc" for s in sorted(stems)), timeout=30)
 
@@ -192,6 +192,8 @@ def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: s
     if not patch.files:
         raise PatchError(f"patch {patch.id} changes no file")
     entry = load_entry(host, ledger_dir, patch.id)
+    # a write medic began and a kill cut short: the ledger kept every original before the first file was written
+    resuming = entry is not None and entry.state == "applying"
     real_roots = [host.realpath(root) for root in roots]
     writes: list[FileWrite] = []
     ledger: list[LedgerFile] = []
@@ -202,7 +204,7 @@ def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: s
             raise StaleContext(f"{file.path} no longer exists on {host.name}")
         current = host.read_bytes(real)
         digest = sha256(current)
-        if digest == file.sha256_after and entry is not None and entry.state == "applied":
+        if digest == file.sha256_after and entry is not None and entry.state in ("applied", "applying"):
             already.append(file.path)
             continue
         if digest == file.sha256_after:
@@ -235,6 +237,18 @@ def apply_patch(host: Host, patch: Patch, *, roots: Sequence[str], ledger_dir: s
                 original=original,
             )
         )
+    if resuming and entry is not None:  # finish it: write what the kill left unwritten, then say applied
+        try:
+            write_all(host, writes)
+        except PatchError:  # what the cut-short write had put in place goes back to the kept originals too
+            for kept in entry.files:
+                if kept.path in already:
+                    host.write_bytes_atomic(kept.real_path, host.read_bytes(kept.original))
+            save_entry(host, ledger_dir, entry, "rolled_back")
+            raise
+        drop_bytecode(host, [p for f in entry.files for p in (f.path, f.real_path)])
+        save_entry(host, ledger_dir, entry, "applied")
+        return ApplyResult(patch.id, applied=True, already_applied=False, files=tuple(f.path for f in patch.files))
     if not writes:
         return ApplyResult(patch.id, applied=False, already_applied=True, files=tuple(already))
     if already:

@@ -62,7 +62,8 @@ def revert_all(host: Host, ledger_dir: str, on_revert: Callable[[RevertResult], 
     its files holds its ``sha256_after``. The whole order is checked before the first write, so a patch under a
     later session's patch, or a file edited by hand, refuses the revert with nothing reverted.
     """
-    pending = [e for e in ledger_entries(host, ledger_dir) if e.state == "applied"]
+    # "applying": a write a kill cut short; its files are partly written, each back from the kept original
+    pending = [e for e in ledger_entries(host, ledger_dir) if e.state in ("applied", "applying")]
     for entry in plan_reverts(host, ledger_dir, pending):
         on_revert(revert_patch(host, entry.patch_id, ledger_dir=ledger_dir))
     return len(pending)

@@ -5,6 +5,11 @@
 #   bash .gpu/run/device_run.sh stage .gpu/pNN   # carrying call: copy one piece into /tmp (no other work)
 #   bash .gpu/run/device_run.sh go               # last carrying call: assemble, install, start medic, wait
 #   bash .gpu/run/device_run.sh wait             # a later call: wait on for the same session, then report
+#   bash .gpu/run/device_run.sh clean            # after it: one clean launch of the job medic fixed (the unit
+#                                                # of the overhead ratio, as bench/cascade.py measures it here)
+#
+# SHAPE=8b|14b makes the job's model a random-weight Llama of that size on the GPU (bench/gpu/big_model.py, from
+# the tiny model's tokenizer) instead of the tiny one; the canary stays tiny (--canary-model).
 #
 # /tmp survives only while the machine stays warm (30 s between calls), so the calls go back to back. medic runs
 # in its own process session, so a call that ends before it does leaves it running for the next `wait`.
@@ -17,6 +22,7 @@ JOB=/tmp/job                              # the user's job folder: driver and mo
 BASE_PY=${BASE_PY:-/opt/torch/.venv/bin/python3}
 BASE_SITE=${BASE_SITE:-/opt/torch/.venv/lib/python3.12/site-packages}
 TP=${TP:-1}                               # GPUs one model spans (tensor parallel); 2 on nvidia-h200-x2
+SHAPE=${SHAPE:-}                          # empty: the tiny model; 8b | 14b: a real size, made on the device
 WAIT_S=${WAIT_S:-540}                     # how long one call waits for medic (a call may run 600 s)
 OUT=${OUT:-$G/out}
 SESSION_FILE=$G/session
@@ -87,9 +93,10 @@ loop() { cat "$G/bundle/job/loop" 2>/dev/null || echo inprocess; }
 # --validate), unattended. In process: the lab's driver, the canary on a tiny model of the job's architecture.
 # Server loop: the README's server example — vLLM's hidden-state server (speculators' default layer ids for 8
 # layers, as its launch_vllm.py picks them) and the speculators CLI, both the target env's, the venv not activated.
-job_command() {  # prints the command line, each word shell-quoted
+job_command() {  # prints the command line, each word shell-quoted; words after the session are medic's flags
     local medic=$1 session=$2 words
-    words=("$medic" run --session "$session" --python "$G/tvenv/bin/python" --workdir . --max-launches 6 --max-wall 1500)
+    shift 2
+    words=("$medic" run --session "$session" --python "$G/tvenv/bin/python" --workdir . --max-launches 6 --max-wall 1500 "$@")
     if [ "$(loop)" = server ]; then
         local spec='{"method":"extract_hidden_states","num_speculative_tokens":1,"draft_model_config":{"hf_config":{"eagle_aux_hidden_state_layer_ids":[2,4,5,8]}}}'
         local kv='{"kv_connector":"ExampleHiddenStatesConnector","kv_role":"kv_producer","kv_connector_extra_config":{"shared_storage_path":"staging"}}'
@@ -104,7 +111,13 @@ job_command() {  # prints the command line, each word shell-quoted
 
 start_medic() {
     [ -f "$SESSION_FILE" ] && return 0
-    rm -rf "$JOB" && mkdir -p "$JOB" && cp -r "$G/bundle/job/model" "$JOB/model"
+    rm -rf "$JOB" && mkdir -p "$JOB"
+    if [ -n "$SHAPE" ]; then
+        "$G/tvenv/bin/python" "$G/bundle/run/big_model.py" "$G/bundle/job/model" "$JOB/model" "$SHAPE" \
+            || die "could not make the $SHAPE model"
+    else
+        cp -r "$G/bundle/job/model" "$JOB/model"
+    fi
     if [ "$(loop)" = server ]; then cp -r "$G/bundle/job/data" "$JOB/data"; else cp "$G/bundle/job/extract.py" "$JOB/"; fi
     if [ "$TP" -gt 1 ]; then  # the user's driver asks speculators' generator for TP ranks (its own keyword)
         sed -i "s/max_model_len=256)/max_model_len=256, tensor_parallel_size=$TP)/" "$JOB/extract.py"
@@ -151,6 +164,31 @@ report() {
     cat "$OUT/summary.md"; tail -3 "$OUT/check.txt"
 }
 
+clean() {  # the unit of the ratio: the fixed job launched once, with medic's own check, nothing else
+    [ -f "$G/medic.rc" ] || die "no finished medic session in $G to measure against"
+    local session t0 t1 rc
+    session=clean-$(date -u +%Y%m%d-%H%M%S)
+    # the job as medic left it: its files patched, and the environment its launches ran with (an env remedy is the
+    # session's, set for medic's launches: a person's own run sets it as the report says)
+    local flags=(--no-scan --no-canary) kv
+    while read -r kv; do [ -n "$kv" ] && flags+=(--env "$kv"); done < <(python3 - "$JOB/traces/$(cat "$SESSION_FILE").jsonl" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]).read().splitlines()[1:]:
+    event = json.loads(line)
+    if event["kind"] == "applied":
+        print("\n".join(event["data"].get("env") or []))
+EOF
+)
+    t0=$(date +%s.%N)
+    ( cd "$JOB" && eval "$(job_command "$G/mvenv/bin/medic" "$session" "${flags[@]}")" ) > "$OUT/clean.log" 2>&1
+    rc=$?; t1=$(date +%s.%N)
+    cp "$JOB/traces/$session.jsonl" "$OUT/" 2>/dev/null
+    local wall; wall=$(( $(stat -c %Y "$G/medic.rc") - $(cat "$G/medic.t0") ))
+    python3 -c "import sys; c=float(sys.argv[2])-float(sys.argv[1]); s=float(sys.argv[3]); print(f'clean launch {c:.1f} s (exit {sys.argv[4]}); medic session {s:.0f} s; wall_ratio={s/c:.2f}')" \
+        "$t0" "$t1" "$wall" "$rc" | tee "$OUT/overhead.txt"
+    tail -3 "$OUT/clean.log"
+}
+
 case "${1:-}" in
     stage) stage "${2:-}" ;;
     go)
@@ -161,5 +199,6 @@ case "${1:-}" in
         grep -q "imports ok" "$OUT/setup.log" || die "the target env cannot import the driver's modules"
         start_medic && wait_medic && report ;;
     wait) wait_medic && report ;;
-    *) die "usage: device_run.sh stage DIR | go [DIR] | wait" ;;
+    clean) clean ;;
+    *) die "usage: device_run.sh stage DIR | go [DIR] | wait | clean" ;;
 esac

@@ -135,7 +135,7 @@ if [ "$LOOP" = server ]; then  # the client's dataset (rows of the tiny model's 
 else
     cp "$TREE/lab/target/extract.py" "$TREE/lab/target/check.py" "$B/job/"
 fi
-cp "$HERE/summarize.py" "$B/run/"
+cp "$HERE/summarize.py" "$HERE/big_model.py" "$B/run/"
 (cd "$B" && find . -type f | sort > MANIFEST)
 C=$CARRY_REPO/.gpu
 rm -rf "$C" && mkdir -p "$C/run" "$C/split"
