@@ -3,8 +3,10 @@ second process through a pipe, `medic status --json`, and `--notify`, all on one
 pristine with the scan, held to the cascade (tests/lab_cascade.py) and `medic lab check`.
 
 At the terminal the panel must show, during a load, which launch of how many it is, the phase and an ETA
-(launch 2 learns it from launch 1's load); through the pipe every event is one plain line: no control code,
-nothing wrapped. Both end with the exit code of `medic run`; the notify command runs once, for the end.
+(learned from an earlier session's load of the same command: the scan leaves the lab one launch, so a first
+session runs before, and the lab is reset to pristine between them); through the pipe every event is one plain
+line: no control code, nothing wrapped. Both end with the exit code of `medic run`; the notify command runs once,
+for the end.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tests.fixtures_fake import MEDIC
 from tests.lab_cascade import assert_the_cascade
 
 ROOT = Path(__file__).resolve().parents[1]
-PANEL_DURING_LOAD = re.compile(r"launch 2 of 12 \(target\) · phase (starting|importing|loading) for [\dhms. ]+, "
+PANEL_DURING_LOAD = re.compile(r"launch 1 of 12 \(target\) · phase (starting|importing|loading) for [\dhms. ]+, "
                                r"load ETA (\d+(\.\d)?s|\d+m \d\ds)")
 SESSION_TIMEOUT = 900.0
 
@@ -47,6 +49,13 @@ def test_the_panel_in_a_terminal_and_the_same_session_through_a_pipe(private_lab
     rc_file = tmp_path / "rc"
     script = f"cd {shlex.quote(str(tmp_path))} && {run}; echo $? > {shlex.quote(str(rc_file))}"
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if k in ("MEDIC_HOME", "PYTHONPATH", "PATH"))
+    earlier = subprocess.run([*MEDIC, "run", "--lab", str(private_lab.root), "--session", "before", "--traces",
+                              str(traces)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=SESSION_TIMEOUT)
+    assert earlier.returncode == 0, earlier.stderr[-2000:]
+    reset = subprocess.run([*MEDIC, "lab", "reset", "--path", str(private_lab.root)], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    assert reset.returncode == 0, reset.stderr
     tmux(socket, "new-session", "-d", "-x", "160", "-y", "50", f"env {exports} TERM=xterm-256color sh -c "
          f"{shlex.quote(script)}; sleep 600")
     watcher = None
@@ -77,11 +86,11 @@ def test_the_panel_in_a_terminal_and_the_same_session_through_a_pipe(private_lab
             watcher.kill()
             watcher.wait()
     assert rc_file.read_text().strip() == "0", final
-    assert during_load, "no screen showed launch 2 loading with an ETA:\n" + screens[-1]
+    assert during_load, "no screen showed launch 1 loading with an ETA:\n" + screens[-1]
     # the panel sits below the events, in its box; the events scroll above it, with short paths
     boxed = [screen for screen in during_load if bottom_box(screen)]
     assert boxed, during_load[-1]
-    assert "launch 2 (target) <workdir>/.medic/" in boxed[-1]
+    assert "launch 1 (target) <workdir>/.medic/" in boxed[-1]
     assert "site-packages" not in "".join(screens)
 
     # the pipe: `medic watch` ended with medic run's exit code, and wrote plain whole lines
@@ -91,14 +100,14 @@ def test_the_panel_in_a_terminal_and_the_same_session_through_a_pipe(private_lab
     lines = text.splitlines()
     faults = [line for line in lines if line.startswith("fault [")]
     assert len(faults) == 8 and all(" at " in line and len(line) > 60 for line in faults), faults
-    assert any(line.startswith("launch 2 (target) <workdir>/") for line in lines)
+    assert any(line.startswith("launch 1 (target) <workdir>/") for line in lines)
     assert lines[-1].startswith("term: ended — verified by `python ")
 
     status = subprocess.run([*MEDIC, "status", "term", "--json"], env=env, capture_output=True, text=True,
                             timeout=60)
     found = json.loads(status.stdout)
     assert (found["state"], found["outcome"], found["exit_code"]) == ("ended", "verified", 0)
-    assert any(line.startswith("launch 2 of 12 (target)") for line in found["panel"])
+    assert any(line.startswith("launch 1 of 12 (target)") for line in found["panel"])
 
     # --notify: once, for the end, with the session, the event and a one-line summary; no job secret
     calls = sorted(tmp_path.glob("notified.*"))
