@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.repair.limits import interface_limit
+from agent.repair.limits import interface_limit, own_refusal
 from agent.repair.types import Fault, FrameRef, RepairContext
 from lab.build import LabPaths
 from tests.fixtures_lab import lab  # noqa: F401  (the session-scoped default lab: its real vLLM)
@@ -130,6 +130,25 @@ def test_a_class_the_library_does_not_define_proves_no_limit(library: tuple[Repa
     ctx, site = library
     ctx.architectures = ("MyOwnForCausalLM",)
     assert interface_limit(ctx, raised_at(site, "raise RuntimeError(")) is None
+
+
+def test_a_stop_says_where_the_library_refused_in_its_own_code(library: tuple[RepairContext, Path]) -> None:
+    """No limit proven, no candidate: the stop still names the library's own raise, from the traceback's frame."""
+    ctx, site = library
+    fault = raised_at(site, '"not under a capability predicate"')
+    runner = fault.frames[-1]
+    raising = Fault("crash", "RuntimeError", "not under a capability predicate",
+                    (FrameRef(runner.file, runner.line - 1, "other", 'raise RuntimeError("not under a capability '
+                              'predicate")'),))
+    assert own_refusal(ctx, raising) == (
+        f"vllm 0.32.0 raises it itself (vllm/v1/worker/gpu_model_runner.py:{runner.line - 1} in other: `raise "
+        "RuntimeError(\"not under a capability predicate\")`), a refusal written in its own code; no derived repair "
+        "read a drifted call, member or value on the way to it, so none is proposed")
+    # a call that failed inside the library (Python's words), or a raise in the job's own code: nothing said
+    called = Fault("crash", "TypeError", "x", (FrameRef(runner.file, 3, "other", "return f(**kwargs)"),))
+    mine = Fault("crash", "RuntimeError", "x", (FrameRef(str(site.parent / "work" / "job.py"), 3, "main",
+                                                         "raise RuntimeError('mine')"),))
+    assert own_refusal(ctx, called) is None and own_refusal(ctx, mine) is None
 
 
 @pytest.mark.lab

@@ -35,7 +35,7 @@ from agent.faults import NOT_FOUND
 from agent.job import job_model_folder
 from agent.launch_records import LaunchRecord
 from agent.patch_records import CheckData, FaultData, KeptPatch
-from agent.repair.limits import InterfaceLimit, interface_limit
+from agent.repair.limits import InterfaceLimit, interface_limit, own_refusal
 from agent.repair.types import Candidate, Fault, RepairContext
 from agent.state import SessionState
 from tools.errors import PatchError
@@ -91,6 +91,8 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
         limit = None if tried or fault.fatal else library_limit(state, deps, fault)
         if limit is not None:  # what the stop proved: the installed library cannot, whatever the job does
             why = limit.sentence()
+        elif not (tried or fault.fatal or deps.engine.stop_reason):  # else at least where the library refused
+            why = own_refusal(deps.context(state), fault) or why
         if predicted(state.get("fault")):  # a prediction, not a failure: the runs will tell
             asked = launch_question(state)
             if asked is not None:  # but a person said no to its repair: launching into it is theirs to say

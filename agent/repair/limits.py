@@ -129,3 +129,18 @@ def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
                 return InterfaceLimit(library, version, arch, interface, predicate,
                                       library + "/" + found.path.split(f"/{library}/", 1)[-1], tuple(bases))
     return None
+
+
+def own_refusal(ctx: RepairContext, fault: Fault) -> str | None:
+    """What a stop with no candidate can say when the library raised the fault itself: the innermost frame is a
+    ``raise`` in the library's own code (its words, not Python's), and no repair read a drifted call, member or
+    value on the way there. Where and what, from the traceback; None when the fault ends anywhere else."""
+    frame = fault.frames[-1] if fault.frames else None
+    library = next((pkg for pkg in ctx.library_packages if frame and f"/{pkg}/" in frame.file), None)
+    if frame is None or library is None or not frame.code.strip().startswith("raise "):
+        return None
+    version = next((v for name, v in ctx.versions.items() if v and name.split("-")[0] == library), "")
+    where = library + "/" + frame.file.split(f"/{library}/", 1)[-1]
+    return (f"{library}{' ' + version if version else ''} raises it itself ({where}:{frame.line} in {frame.func}: "
+            f"`{frame.code.strip()}`), a refusal written in its own code; no derived repair read a drifted call, "
+            "member or value on the way to it, so none is proposed")
