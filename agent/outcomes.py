@@ -13,6 +13,10 @@ OutcomeName = Literal["verified", "internal_error", "bad_input", "budget", "no_r
                       "rejected", "host_change", "stopped", "not_found"]
 
 
+# a stop's reason when no source gave one: it names none (the space bench does not count such a stop as honest)
+NO_REASON = "no playbook, derived repair or model found a patch"
+
+
 class Outcome(NamedTuple):
     exit_code: int
     meaning: str

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from agent.outcomes import NO_REASON
 from agent.readers.postmortem_server import server_counts
 from agent.readers.postmortem_summary import FaultView, PatchView, summarize
 from agent.readers.tracefile import read_trace
@@ -63,8 +64,9 @@ def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict
     unproven = sorted(p.id for p in kept) if not verified else []
     last = s.faults[-1] if s.faults else None
     first_line = last.summary.strip().splitlines()[0][:200] if last and last.summary.strip() else ""
+    # "nothing found a patch" names no reason: a stop must say why (a limit, a refusal, what an oracle proved)
     honest = (not verified and not wrong and bool(first_line) and bool(s.detail.strip())
-              and s.outcome not in ("internal_error", "unfinished"))
+              and NO_REASON not in s.detail and s.outcome not in ("internal_error", "unfinished"))
     if pair.flavour == "server":
         counts = server_counts(trace)
         loads, naive = counts["server_loads"], counts["naive_server_loads"]

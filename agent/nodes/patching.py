@@ -34,6 +34,7 @@ from agent.deps import Deps
 from agent.faults import NOT_FOUND
 from agent.job import job_model_folder
 from agent.launch_records import LaunchRecord
+from agent.outcomes import NO_REASON
 from agent.patch_records import CheckData, FaultData, KeptPatch
 from agent.repair.limits import InterfaceLimit, interface_limit, own_refusal
 from agent.repair.types import Candidate, Fault, RepairContext
@@ -83,7 +84,7 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     progress: dict[str, Any] = {"tried": tried, "declined": declined, "candidates": seen}
     state = cast(SessionState, {**state, **progress})
     if not queue or len(tried) >= cap:
-        why = ((deps.engine.stop_reason or "no playbook, derived repair or model found a patch") if not tried
+        why = ((deps.engine.stop_reason or NO_REASON) if not tried
                else why_nothing_left(state, len(tried)))
         if fault.fatal:
             why = (f"{fault.proc or 'a process of the job'} died of it, not of a Python exception: "
