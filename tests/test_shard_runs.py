@@ -22,6 +22,7 @@ from agent.scheduler import ShardSettings
 from agent.session import make_deps, run_session
 from lab.build import LabPaths
 from tests.fixtures_fake import Fake, MakeFake, medic_cli, spawn_medic
+from tests.fixtures_lab import cache_config_hidden_from_the_scan
 from tests.fixtures_ssh import SSHServer
 from tools import runs
 
@@ -100,8 +101,10 @@ def test_a_two_shard_lab_extraction_is_repaired_once_and_every_shard_verified(
         private_lab: LabPaths, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The embedded lab (pristine speculators × vLLM 0.16.0) as two detached shard runs at once, each writing its
     own ``hidden_states.<shard>.pt``: the scan's faults are patched before the first launch; the one only a run
-    shows crashes both shards, is repaired once, and both shards' outputs are verified on the next launch."""
+    shows (its CacheConfig built through **kwargs the scan cannot read) crashes both shards, is repaired once, and
+    both shards' outputs are verified on the next launch."""
     monkeypatch.setenv("MEDIC_HOME", str(tmp_path / "home"))
+    cache_config_hidden_from_the_scan(private_lab)
     lab = lab_target(private_lab.root)
     out = str(private_lab.output)
 

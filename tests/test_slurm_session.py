@@ -27,6 +27,7 @@ from agent.scheduler import SlurmSettings
 from agent.session import make_deps, run_session
 from lab.build import LabPaths
 from tests.fixtures_fake import CHECK, Fake, MakeFake, build_fake, medic_cli, spawn_medic
+from tests.fixtures_lab import cache_config_hidden_from_the_scan
 from tests.fixtures_slurm import cluster_up
 from tools import slurm
 
@@ -162,7 +163,9 @@ def test_medic_sigkilled_while_its_shards_are_queued_resumes_onto_the_same_job(m
 @pytest.mark.lab
 def test_a_lab_session_under_slurm_repairs_the_run_fault_and_resubmits(private_lab: LabPaths, home: Path) -> None:
     """The embedded lab (pristine speculators × vLLM 0.16.0) as Slurm jobs: the scan's faults are patched before the
-    first submit, the one only a run shows (#6) crashes job 1, is repaired, and job 2's output is verified."""
+    first submit, the one only a run shows (#6, its CacheConfig built through **kwargs the scan cannot read) crashes
+    job 1, is repaired, and job 2's output is verified."""
+    cache_config_hidden_from_the_scan(private_lab)
     config = SessionConfig(session_id="lab-slurm", target=lab_target(private_lab.root), mode="unattended",
                            traces_dir=str(home / "traces"), slurm=SlurmSettings())
     outcome, values = run_session(config)
