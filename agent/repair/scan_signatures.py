@@ -18,20 +18,25 @@ def signature_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
              for call in (n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name))
              if (name := callee_name(call)) and (module := src.imported_from(name))
              and module.split(".")[0] in ctx.api_packages(src.path)]
-    asked = list(dict.fromkeys(f"{module}:{name}" for *_, name, module in calls
-                               if f"signature:{module}:{name}" not in ctx.memo))
-    try:  # every signature not yet known, from one probe process
-        answers: dict[str, object] = dict(src_tools.signatures(ctx.host, ctx.python, asked)) if asked else {}
-    except MedicError:
-        answers = {}
-    for target in asked:
-        sig = answers.get(target)
-        ctx.memo[f"signature:{target}"] = sig if isinstance(sig, src_tools.Signature) else None
+    learn_signatures(ctx, [f"{module}:{name}" for *_, name, module in calls])
     faults: list[Fault] = []
     for src, call, name, module in calls:
         if ctx.memo[f"signature:{module}:{name}"] is not None:
             faults += drift_at(src, call, name, ctx.memo[f"signature:{module}:{name}"])
     return faults
+
+
+def learn_signatures(ctx: RepairContext, targets: list[str]) -> None:
+    """Each ``module:name``'s installed signature into ``ctx.memo["signature:…"]`` (None: unreadable), every one
+    not yet known from one probe process; the detectors run side by side, and the first answer stays."""
+    asked = [t for t in dict.fromkeys(targets) if f"signature:{t}" not in ctx.memo]
+    try:
+        answers: dict[str, object] = dict(src_tools.signatures(ctx.host, ctx.python, asked)) if asked else {}
+    except MedicError:
+        answers = {}
+    for target in asked:
+        sig = answers.get(target)
+        ctx.memo.setdefault(f"signature:{target}", sig if isinstance(sig, src_tools.Signature) else None)
 
 
 def drift_at(src: Source, call: ast.Call, name: str, sig: src_tools.Signature) -> list[Fault]:
