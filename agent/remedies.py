@@ -28,10 +28,14 @@ def arg_edits(patches: Sequence[Mapping[str, Any]], command: str = "job") -> lis
 
 def with_options(command: Sequence[str], edits: Sequence[ArgEdit]) -> list[str]:
     """``command`` with each option set: its value replaced where the command gives the option (``--opt v`` or
-    ``--opt=v``), else the option added at the end, where a CLI's own options go."""
+    ``--opt=v``), else the option added at the end, where a CLI's own options go. A switch goes last, once: the last
+    of a switch and its opposite wins on an argparse command line."""
     out = list(command)
     for edit in edits:
         at = next((i for i, arg in enumerate(out) if arg == edit.option or arg.startswith(edit.option + "=")), None)
+        if edit.value is None:
+            out = [arg for arg in out if arg != edit.option] + [edit.option]
+            continue
         if at is None:
             out += [edit.option, edit.value]
         elif out[at] == edit.option and at + 1 < len(out):

@@ -20,16 +20,21 @@ from lab.server_lab import ServerLabPaths, server_environ
 
 SIDES = (("/site-packages/vllm/", "vLLM"), ("/site-packages/speculators/", "speculators"),
          ("/site-packages/hs_connectors/", "speculators"), ("/site-packages/torch/", "torch"),
-         ("/site-packages/transformers/", "transformers"), ("/lib/python3", "the standard library"))
+         ("/site-packages/transformers/", "transformers"))
+STDLIB = "/lib/python3"
 
 
 def side_of(fault: FaultView) -> str:
-    """Whose code the fault's innermost frame is in (a two-process job also says which process)."""
+    """Whose code the fault's innermost frame is in (a two-process job also says which process). A frame of
+    another installed package is passed over: a helper such as pydantic raises for its caller (vLLM's config)."""
     where = "the user's code" if fault.frames else "the environment"
     for frame in reversed(fault.frames):
         found = next((name for marker, name in SIDES if marker in frame), None)
         if found:
             where = found
+            break
+        if STDLIB in frame and "/site-packages/" not in frame:
+            where = "the standard library"
             break
     return f"{fault.side}: {where}" if fault.side else where
 

@@ -1,7 +1,8 @@
 """The necessity oracle: for a verified session, leave each kept change out in turn and run the job once more.
 
-A file patch is taken off by applying its own diff backwards (zero fuzz, as medic applies it), an environment
-remedy by launching without it; the launch is medic's own (the same launcher, server and client for a server job)
+A file patch is taken off by applying its own diff backwards (zero fuzz, as medic applies it; at an offset when a
+later patch of the same file moved its lines), an environment remedy or a command option by launching without it
+and with every other kept one; the launch is medic's own (the same launcher, server and client for a server job)
 with no scan, no canary, one launch, in approve mode — so a fault waits for a person instead of being repaired —
 and what it writes is judged by the lab's own checker. A change the output verifies without is *needless*. The
 change is put back before the next one is left out. Host steps are not undone (the host keeps them).
@@ -9,12 +10,15 @@ change is put back before the next one is left out. Host steps are not undone (t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
 
-from agent.config import Budgets, SessionConfig
-from tools.diffs import EnvEdit, apply_hunks, parse_diff
+from agent.config import Budgets, SessionConfig, Target
+from agent.remedies import with_options
+from tools.diffs import ArgEdit, EnvEdit, FileDiff, apply_hunks, parse_diff
+from tools.errors import StaleContext
 
 HUNK = re.compile(r"^@@ -(\d+(?:,\d+)?) \+(\d+(?:,\d+)?) @@(.*)$")
 
@@ -45,7 +49,25 @@ def _rewrite(files: list[dict[str, Any]], forward: bool) -> None:
         path = Path(f["path"])
         diff = f["diff"] if forward else backwards(f["diff"])
         for file_diff in parse_diff(diff).values():
-            path.write_text(apply_hunks(path.read_text(), file_diff))
+            text = path.read_text()
+            try:
+                path.write_text(apply_hunks(text, file_diff))
+            except StaleContext:  # a later patch of the same file moved its lines: they may stand elsewhere
+                path.write_text(apply_hunks(text, at_offset(text, file_diff)))
+
+
+def at_offset(text: str, diff: FileDiff) -> FileDiff:
+    """The hunks moved to where their lines stand now, each where they stand exactly once (an offset, no fuzz)."""
+    lines = text.split("\n")
+    lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+    moved = []
+    for hunk in diff.hunks:
+        size = len(hunk.source_lines)
+        found = [i for i in range(len(lines) - size + 1) if lines[i:i + size] == list(hunk.source_lines)]
+        if len(found) != 1:
+            raise StaleContext(f"{diff.path}: a hunk's lines stand {len(found)} times in the file, not once")
+        moved.append(dataclasses.replace(hunk, source_start=found[0] + 1 if hunk.source_length else found[0]))
+    return dataclasses.replace(diff, hunks=tuple(moved))
 
 
 def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok: Any) -> dict[str, Any]:
@@ -59,19 +81,17 @@ def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok:
     verdict: dict[str, Any] = {"needless": [], "needed": [], "unknown": {}}
     for entry in kept:
         patch = entry["patch"]
-        pid, files, env = patch["id"], list(patch.get("files") or []), list(patch.get("env") or [])
-        if not files and not env:
+        pid, files = patch["id"], list(patch.get("files") or [])
+        if not files and not patch.get("env") and not patch.get("args"):
             verdict["unknown"][pid] = "a host step: the host keeps it"
             continue
-        others = [EnvEdit.model_validate(e) for k in kept if k["patch"]["id"] != pid
-                  for e in k["patch"].get("env") or []]
         try:
             _rewrite(files, forward=False)
         except Exception as err:  # a later patch stacked on the same lines: cannot be taken off alone
             verdict["unknown"][pid] = f"its diff does not come off alone: {err}"
             continue
         session = f"{config.session_id}-without-{pid[:8]}"
-        target = config.target.model_copy(update={"env": {**config.target.env, **_env_values(others)}})
+        target = target_without(config.target, kept, pid)
         probe = config.model_copy(update={"session_id": session, "target": target, "scan": False, "canary": False,
                                           "mode": "approve", "budgets": Budgets(max_launches=1, max_wall=1800.0)})
         try:
@@ -84,6 +104,18 @@ def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok:
         needless = outcome == "verified" and bool(judged_ok())
         verdict["needless" if needless else "needed"].append(pid)
     return verdict
+
+
+def target_without(target: Target, kept: list[dict[str, Any]], pid: str) -> Target:
+    """The job as medic last launched it, less the kept change ``pid``: every other env remedy in its environment,
+    every other option on its commands (the file patches are on disk)."""
+    others = [k["patch"] for k in kept if k["patch"]["id"] != pid]
+    env = [EnvEdit.model_validate(e) for p in others for e in p.get("env") or []]
+    args = [ArgEdit.model_validate(a) for p in others for a in p.get("args") or []]
+    server = with_options(target.server_command or [], [a for a in args if a.command == "server"])
+    return target.model_copy(update={"env": {**target.env, **_env_values(env)},
+                                     "command": with_options(target.command, [a for a in args if a.command == "job"]),
+                                     "server_command": server or None})
 
 
 def _env_values(edits: list[EnvEdit]) -> dict[str, str]:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
+
+from agent.config import Target
+from agent.readers.postmortem_summary import FaultView
 from bench.space import declared_conflict
-from bench.space_necessity import backwards
+from bench.space_judge import side_of
+from bench.space_necessity import at_offset, backwards, target_without
 from bench.space_pair import Pair
 from bench.space_registry import Release, requires, torch_pin
 from bench.space_report import totals
 from tools.diffs import apply_hunks, parse_diff, unified_diff
+from tools.errors import StaleContext
 
 VLLM_META = "Requires-Dist: torch==2.11.0+cpu\nRequires-Dist: transformers<5,>=4.56.0\nRequires-Dist: numpy\n"
 
@@ -37,6 +43,32 @@ def test_a_kept_patch_comes_off_with_its_own_diff_backwards() -> None:
     assert apply_hunks(after, undo) == before
 
 
+def test_a_kept_patch_under_a_later_one_comes_off_where_its_lines_now_stand() -> None:
+    """A later patch of the same file added lines above: the first one's lines moved, once, unchanged."""
+    pristine = "class A:\n    pass\n\nclass B:\n    x = 1\n"
+    first = pristine.replace("    x = 1\n", "    x = 1\n    def wait(self): pass\n")
+    second = first.replace("class A:\n    pass\n", "class A:\n    pass\n    def query(self): return True\n")
+    (undo,) = parse_diff(backwards(unified_diff("/v/shm.py", pristine, first))).values()
+    with pytest.raises(StaleContext):
+        apply_hunks(second, undo)
+    assert apply_hunks(second, at_offset(second, undo)) == second.replace("    def wait(self): pass\n", "")
+    with pytest.raises(StaleContext):  # lines that stand twice: no guess
+        at_offset(second + second, undo)
+
+
+def test_a_change_left_out_is_only_that_one_the_others_stay_on_the_commands() -> None:
+    target = Target(python="/v/bin/python", workdir="/w", command=["python", "client.py"],
+                    server_command=["vllm", "serve", "m", "--port", "{port}"], env={"A": "1"})
+    kept = [{"patch": {"id": "arg-1", "args": [{"option": "--no-enable-chunked-prefill", "value": None,
+                                               "command": "server"}]}},
+            {"patch": {"id": "env-1", "env": [{"var": "B", "action": "set", "value": "2"}]}}]
+    without_arg = target_without(target, kept, "arg-1")
+    assert without_arg.server_command == target.server_command and without_arg.env == {"A": "1", "B": "2"}
+    without_env = target_without(target, kept, "env-1")
+    assert without_env.server_command == [*target.server_command, "--no-enable-chunked-prefill"]
+    assert without_env.env == {"A": "1"} and without_env.command == target.command
+
+
 def test_the_totals_line_counts_only_what_ran() -> None:
     pairs = [Pair("0.9.0", "0.32.0", "server", "2.13.0"), Pair("0.3.0", "0.20.2", "inprocess", "2.11.0"),
              Pair("0.2.0", "0.32.0", "none", "2.13.0", verdict="no API")]
@@ -45,3 +77,15 @@ def test_the_totals_line_counts_only_what_ran() -> None:
     line = totals(pairs, results)
     assert line.startswith("pairs=3 installable=1 verified=1 honest_stops=0 wrong=0 needless=0 false_success=0 ")
     assert "target_launches_mean=2.00 naive_launches_mean=4.00 untried=1" in line
+
+
+def test_a_helper_package_raising_for_its_caller_is_not_the_side() -> None:
+    """pydantic raises vLLM's config validation: the side is vLLM's, the standard library only for its own files."""
+    venv = "/v/lib/python3.11"
+    validated = FaultView(seq=1, stage="crash", summary="ValidationError: …", at=0.0, launch=None, side="server",
+                          frames=[f"{venv}/site-packages/vllm/engine/arg_utils.py:1:create_engine_config",
+                                  f"{venv}/site-packages/pydantic/_internal/_dataclasses.py:2:__init__"])
+    assert side_of(validated) == "server: vLLM"
+    inspected = FaultView(seq=2, stage="crash", summary="TypeError: …", at=0.0, launch=None,
+                          frames=[f"{venv}/site-packages/vllm/x.py:1:f", "/usr/lib/python3.11/inspect.py:3:g"])
+    assert side_of(inspected) == "the standard library"

@@ -59,11 +59,11 @@ class ArgEdit(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     option: str  # "--block-size"
-    value: str
+    value: str | None  # None: a switch, given alone ("--no-enable-chunked-prefill")
     command: Literal["job", "server"] = "job"  # which command of a two-process job takes it
 
     def describe(self) -> str:
-        return f"{self.option} {shlex.quote(self.value)}"
+        return self.option if self.value is None else f"{self.option} {shlex.quote(self.value)}"
 
 
 class Patch(BaseModel):

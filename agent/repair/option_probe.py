@@ -11,19 +11,15 @@ from __future__ import annotations
 
 MARK = "@@option-probe@@ "
 
-PROBE = r'''
-import argparse, ast, importlib, inspect, json, math, sys
-
-spec = json.loads(sys.argv[1])
-choose = getattr(importlib.import_module(spec["module"]), spec["function"])
-params = inspect.signature(choose).parameters
-package = spec["module"].split(".")[0]
+# The library's own CLI, as its engine-args classes build it (also asked by agent/repair/derived_named_option.py).
+CLI_ACTIONS = r'''
+import argparse, importlib, inspect
 
 
-def cli_options():
-    """dest -> (option, choices, default), from each engine-args class the library builds its CLI with."""
+def cli_actions(package):
+    """Each option of each engine-args class the library builds its CLI with, in the order they add them."""
     module = importlib.import_module(package + ".engine.arg_utils")
-    found = {}
+    found = []
     for _, cls in inspect.getmembers(module, inspect.isclass):
         if cls.__module__ != module.__name__ or not hasattr(cls, "add_cli_args"):
             continue
@@ -32,10 +28,25 @@ def cli_options():
             cls.add_cli_args(parser)
         except Exception:  # e.g. an argparse keyword this Python lacks: the options added before it still count
             pass
-        for a in parser._actions:
-            if a.option_strings and a.dest not in found:
-                found[a.dest] = (next((o for o in a.option_strings if o.startswith("--")), None), a.choices,
-                                 a.default)
+        found += [a for a in parser._actions if a.option_strings]
+    return found
+'''
+
+PROBE = CLI_ACTIONS + r'''
+import ast, json, math, sys
+
+spec = json.loads(sys.argv[1])
+choose = getattr(importlib.import_module(spec["module"]), spec["function"])
+params = inspect.signature(choose).parameters
+package = spec["module"].split(".")[0]
+
+
+def cli_options():
+    """dest -> (option, choices, default)."""
+    found = {}
+    for a in cli_actions(package):
+        if a.dest not in found:
+            found[a.dest] = (next((o for o in a.option_strings if o.startswith("--")), None), a.choices, a.default)
     return found
 
 

@@ -32,6 +32,7 @@ from agent.repair import (
     derived_history,
     derived_kernels,
     derived_members,
+    derived_named_option,
     derived_next_release,
     derived_option_branch,
     derived_packages,
@@ -62,6 +63,8 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("environment", derived_env.environment_remedy),
     # a host-dependent choice of the library, taken another way by an option of the job's command
     ("option_branch", derived_option_branch.option_branch_remedy),
+    # the library's refusal names a switch of its own CLI that its guard reads
+    ("named_switch", derived_named_option.named_switch),
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),
