@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         order = order[::step][: args.sample]
     results = load_results(args.results)
     here = commit()
-    # pairs never run first, then those last run at an older commit: the space is measured before it is re-measured
-    order = [p for p in order if p.key not in results] + [p for p in order if p.key in results]
+    # pairs never run first, then those that did not verify, then the rest: the space is measured before it is
+    # re-measured, and what a later commit may have fixed before what already verified
+    order = sorted(order, key=lambda p: 0 if p.key not in results else 2 if results[p.key].get("verified") else 1)
     write_reports(pairs, results, args.results)
     if args.dry_run:
         print(f"{len(order)} pair(s) to run, in this order: {' '.join(p.key for p in order)}")
