@@ -35,6 +35,7 @@ from agent.repair import (
     derived_named_option,
     derived_next_release,
     derived_option_branch,
+    derived_overrides,
     derived_packages,
     derived_platform,
     derived_stand_ins,
@@ -68,6 +69,7 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),
+    ("skipped_base_step", derived_overrides.skipped_base_step),
     ("lagging_stand_in", derived_kernels.lagging_stand_in),
     ("stand_in_member", derived_stand_ins.stand_in_member),
     ("noop_member", derived_stand_ins.noop_member),
