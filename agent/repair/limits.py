@@ -110,7 +110,8 @@ def implements(ctx: RepairContext, bases: list[str], interface: str, depth: int 
 
 def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
     """The library limit the fault proves, or None when it proves none (or medic cannot read the code)."""
-    frame = next((f for f in reversed(fault.frames) if library_of(ctx, f.file)), None)
+    # the guard may be the library's or the fixable package's own (speculators asks vLLM's predicate too)
+    frame = next((f for f in reversed(fault.frames) if library_of(ctx, f.file) or ctx.is_fixable(f.file)), None)
     source = read_source(ctx, frame.file) if frame else None
     if frame is None or source is None:
         return None
@@ -118,12 +119,12 @@ def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
     interface = checked_interface(library_definitions(ctx, predicate)) if predicate else None
     if predicate is None or interface is None:
         return None
-    library = library_of(ctx, frame.file) or ""
-    version = installed_version(ctx, library) or "(version unknown)"
     for arch in ctx.architectures:
         classes = [d for d in library_definitions(ctx, arch) if d.kind == "class" and "/models/" in d.path]
         for found in classes[:1]:
             bases = class_bases(found)
+            library = library_of(ctx, found.path) or ""  # the model class's library: its limit, whoever asked
+            version = installed_version(ctx, library) or "(version unknown)"
             if not implements(ctx, bases, interface):
                 return InterfaceLimit(library, version, arch, interface, predicate,
                                       in_library(library, found.path), tuple(bases))
