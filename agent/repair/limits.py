@@ -134,7 +134,8 @@ def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
 def own_refusal(ctx: RepairContext, fault: Fault) -> str | None:
     """What a stop with no candidate can say when the library raised the fault itself: the innermost frame is a
     ``raise`` or an ``assert`` in the library's own code (its words, not Python's), and no repair read a drifted
-    call, member or value on the way there. Where and what, from the traceback; None when the fault ends anywhere else."""
+    call, member or value on the way there. Where and what, from the traceback; None when the fault ends anywhere
+    else."""
     frame = fault.frames[-1] if fault.frames else None
     library = library_of(ctx, frame.file) if frame else None
     verb = {"raise": "raises", "assert": "asserts"}.get(frame.code.strip().split(" ", 1)[0]) if frame else None
