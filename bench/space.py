@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             row = run_pair(pair, work, args.max_launches, keep=args.keep, necessity=necessity)
             row.update(commit=here, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        wall=round(time.monotonic() - started, 1))
-            results[pair.key] = row
+            results = newest_rows({**results, pair.key: row}, load_results(args.results))
             write_reports(pairs, results, args.results)
             print(f"    {row['outcome']}: {str(row.get('detail', ''))[:200]}", file=sys.stderr, flush=True)
     finally:
@@ -179,6 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     lines = write_reports(pairs, results, args.results)
     print(lines[-1])
     return 0
+
+
+def newest_rows(mine: dict[str, dict[str, Any]], on_disk: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each pair's later row of the two: another bench (an ``--only`` beside the long run) may write the same
+    results file, and neither drops the other's rows."""
+    out = dict(mine)
+    for key, row in on_disk.items():
+        if str(row.get("at", "")) > str(out.get(key, {}).get("at", "")):
+            out[key] = row
+    return out
 
 
 def interrupted(signum: int, frame: object) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from agent.config import Target
 from agent.readers.postmortem_summary import FaultView
-from bench.space import declared_conflict
+from bench.space import declared_conflict, newest_rows
 from bench.space_judge import side_of
 from bench.space_necessity import at_offset, backwards, target_without
 from bench.space_pair import Pair
@@ -89,3 +89,11 @@ def test_a_helper_package_raising_for_its_caller_is_not_the_side() -> None:
     inspected = FaultView(seq=2, stage="crash", summary="TypeError: …", at=0.0, launch=None,
                           frames=[f"{venv}/site-packages/vllm/x.py:1:f", "/usr/lib/python3.11/inspect.py:3:g"])
     assert side_of(inspected) == "the standard library"
+
+
+def test_two_benches_sharing_a_results_file_keep_each_others_rows() -> None:
+    mine = {"a": {"at": "2026-12-05T19:00:00Z", "outcome": "verified"}, "b": {"at": "2026-12-05T10:00:00Z"}}
+    disk = {"b": {"at": "2026-12-05T18:00:00Z", "outcome": "verified"}, "c": {"at": "2026-12-05T17:00:00Z"},
+            "a": {"at": "2026-12-05T09:00:00Z", "outcome": "no_repair"}}
+    merged = newest_rows(mine, disk)
+    assert merged["a"]["outcome"] == "verified" and merged["b"]["outcome"] == "verified" and "c" in merged
