@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from agent.nodes.diagnose import fault_from_log
+from agent.repair.types import Fault, RepairContext
 from lab.build import LabPaths, clone_venv
 from lab.server_lab import ServerLabBuilder, ServerLabPaths, server_root
 from tools.errors import LabError
+from tools.host import LocalHost
+
+SERVER_LOGS = Path(__file__).parent / "data" / "server_logs"  # logs server labs wrote here, their path as {LAB}
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +47,16 @@ def private_copy(server_lab: ServerLabPaths, root: Path) -> ServerLabPaths:
 @pytest.fixture
 def private_server_lab(server_lab: ServerLabPaths, tmp_path: Path) -> ServerLabPaths:
     return private_copy(server_lab, tmp_path / "server-lab")
+
+
+def server_repair_context(lab: ServerLabPaths) -> RepairContext:
+    """What the repair engine sees of a server lab: its vLLM the library, speculators and hs-connectors fixable."""
+    site = str(lab.site_packages())
+    return RepairContext(host=LocalHost(), python=str(lab.python), roots=(site, str(lab.work)),
+                         fixable_packages=("speculators", "hs_connectors"), library_packages=("vllm",),
+                         workdir=str(lab.work), site_packages=(site,))
+
+
+def logged_fault(lab: ServerLabPaths, name: str) -> Fault:
+    """The fault of a recorded server log, read as if ``lab`` had written it."""
+    return fault_from_log((SERVER_LOGS / name).read_bytes().replace(b"{LAB}", str(lab.root).encode()))

@@ -18,16 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.nodes.diagnose import fault_from_log
 from agent.remedies import with_options
 from agent.repair.derived_named_option import ORIGIN, named_switch, turned_off
 from agent.repair.engine import RepairEngine
 from agent.repair.types import Fault, RepairContext
 from lab.server_lab import ServerLabPaths
+from tests.fixtures_server import logged_fault, server_repair_context
 from tools.diffs import ArgEdit
-from tools.host import LocalHost
 
-LOG = Path(__file__).parent / "data" / "server_logs" / "server_chunked_prefill.log"
 # vllm 0.23.0, vllm/config/vllm.py, the head of VllmConfig._post_init_kv_transfer_config
 GUARD_0230 = '''        # Check if KV connector requires chunked prefill to be disabled.
         if (
@@ -57,15 +55,12 @@ def with_guard(lab: ServerLabPaths, guard: str, *, replacing: str = "") -> Path:
 
 
 def context(lab: ServerLabPaths) -> RepairContext:
-    site = str(lab.site_packages())
-    return RepairContext(host=LocalHost(), python=str(lab.python), roots=(site, str(lab.work)),
-                         fixable_packages=("speculators", "hs_connectors"), library_packages=("vllm",),
-                         workdir=str(lab.work), site_packages=(site,),
-                         server_command=tuple(lab.server_command()), job_command=("python", "client.py"))
+    return dataclasses.replace(server_repair_context(lab), server_command=tuple(lab.server_command()),
+                               job_command=("python", "client.py"))
 
 
 def recorded_fault(lab: ServerLabPaths) -> Fault:
-    return fault_from_log(LOG.read_bytes().replace(b"{LAB}", str(lab.root).encode()))
+    return logged_fault(lab, "server_chunked_prefill.log")
 
 
 def test_the_switch_the_refusal_names_goes_on_the_servers_command(private_server_lab: ServerLabPaths) -> None:

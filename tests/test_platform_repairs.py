@@ -13,27 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.nodes.diagnose import fault_from_log
 from agent.repair.engine import RepairEngine
-from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
+from agent.repair.types import Candidate, Fault, FrameRef
 from lab.build import LabPaths
 from lab.server_lab import ServerLabBuilder, ServerLabPaths
+from tests.fixtures_server import logged_fault
+from tests.fixtures_server import server_repair_context as context
 from tools.host import LocalHost
 from tools.patches import apply_patch
 
-LOGS = Path(__file__).parent / "data" / "server_logs"
 CONNECTOR = "vllm/distributed/kv_transfer/kv_connector/v1/example_hidden_states_connector.py"
-
-
-def context(lab: ServerLabPaths) -> RepairContext:
-    site = str(lab.site_packages())
-    return RepairContext(host=LocalHost(), python=str(lab.python), roots=(site, str(lab.work)),
-                         fixable_packages=("speculators", "hs_connectors"), library_packages=("vllm",),
-                         workdir=str(lab.work), site_packages=(site,))
-
-
-def logged_fault(lab: ServerLabPaths, name: str) -> Fault:
-    return fault_from_log((LOGS / name).read_bytes().replace(b"{LAB}", str(lab.root).encode()))
 
 
 def derive(lab: ServerLabPaths, fault: Fault) -> list[Candidate]:

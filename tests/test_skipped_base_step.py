@@ -16,16 +16,15 @@ import ast
 import os
 from pathlib import Path
 
-from agent.nodes.diagnose import fault_from_log
 from agent.repair.derived_overrides import ORIGIN, overridden_without, skipped_base_step, steps_of
 from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
-from agent.repair.types import Fault, RepairContext
+from agent.repair.types import Fault
 from lab.server_lab import ServerLabPaths
-from tools.host import LocalHost
+from tests.fixtures_server import logged_fault
+from tests.fixtures_server import server_repair_context as context
 from tools.patches import apply_patch
 
-LOG = Path(__file__).parent / "data" / "server_logs" / "server_skipped_aux_layers.log"
 RUNNER = "vllm/v1/worker/cpu_model_runner.py"
 STEP = "\n        self._setup_eagle3_aux_hidden_state_outputs()\n"
 
@@ -41,15 +40,8 @@ def as_in_021(lab: ServerLabPaths) -> Path:
     return runner
 
 
-def context(lab: ServerLabPaths) -> RepairContext:
-    site = str(lab.site_packages())
-    return RepairContext(host=LocalHost(), python=str(lab.python), roots=(site, str(lab.work)),
-                         fixable_packages=("speculators", "hs_connectors"), library_packages=("vllm",),
-                         workdir=str(lab.work), site_packages=(site,))
-
-
 def recorded_fault(lab: ServerLabPaths) -> Fault:
-    return fault_from_log(LOG.read_bytes().replace(b"{LAB}", str(lab.root).encode()))
+    return logged_fault(lab, "server_skipped_aux_layers.log")
 
 
 def test_the_override_gets_the_step_its_base_takes_for_the_flag(private_server_lab: ServerLabPaths,
