@@ -4,6 +4,7 @@
 #
 #   bash bench/gpu/prepare.sh               # idempotent; downloads cached under $GPU_CACHE
 #   LOOP=server bash bench/gpu/prepare.sh   # the server loop: vLLM's hidden-state server + speculators 0.9.0 client
+#   MODEL=DIR … bash bench/gpu/prepare.sh   # another model folder than the lab's tiny Llama (bench/space_arch.py's)
 #
 # It writes $CARRY_REPO/.gpu/ (ignored through that repo's .git/info/exclude, never committed):
 #   .gpu/p01 … .gpu/pNN   ≤ 50 MB each: one tar split in pieces (vLLM, its wheels, speculators, medic, the model)
@@ -26,6 +27,7 @@ PIECE_BYTES=50000000
 VLLM=0.20.2
 LOOP=${LOOP:-inprocess}                                    # inprocess (speculators 0.3.0) | server (0.9.0 client)
 SERVER_LAB=${SERVER_LAB:-$HOME/.cache/medic/labs/server-vllm-0.32.0_spec-0.9.0}
+MODEL=${MODEL:-$LAB/model-tiny}                            # the job's model: a tiny random one of any architecture
 case $LOOP in
 inprocess)  # speculators 0.3.0 cannot import with the image's transformers 5.17: carry 4.57 and its hub
     FORCE="transformers==4.57.* huggingface-hub==0.36.* tokenizers==0.22.*"
@@ -49,7 +51,7 @@ die() { echo "prepare: $*" >&2; exit 1; }
 PY312=$(bash "$HERE/find_py312.sh") || exit 1
 echo "python 3.12: $PY312"
 [ -d "$CARRY_REPO/.git" ] || [ -f "$CARRY_REPO/.git" ] || die "CARRY_REPO=$CARRY_REPO is not a git checkout"
-[ -d "$LAB/model-tiny" ] || die "no lab model at $LAB/model-tiny (medic lab build)"
+[ -f "$MODEL/config.json" ] || die "no model at $MODEL (medic lab build, or bench/space_arch.py's models)"
 mkdir -p "$CACHE"
 exclude=$(git -C "$CARRY_REPO" rev-parse --git-path info/exclude)
 case $exclude in /*) ;; *) exclude=$CARRY_REPO/$exclude ;; esac
@@ -126,7 +128,7 @@ rm -rf "$B" && mkdir -p "$B/job" "$B/run"
 ln "$CACHE/vllm-tree.tar.xz" "$B/vllm-tree.tar.xz" 2>/dev/null || cp "$CACHE/vllm-tree.tar.xz" "$B/"
 cp -r "$TW" "$B/target-wheels" && rm -f "$B/target-wheels/.done"
 cp -r "$CACHE/medic-wheels" "$B/medic-wheels"
-cp -r "$LAB/model-tiny" "$B/job/model"
+cp -r "$MODEL" "$B/job/model"
 echo "$LOOP" > "$B/job/loop"
 if [ "$LOOP" = server ]; then  # the client's dataset (rows of the tiny model's tokenizer) and the lab's checker
     [ -d "$SERVER_LAB/data/prepared" ] || die "no server lab dataset at $SERVER_LAB/data/prepared (medic lab build --flavour server)"
