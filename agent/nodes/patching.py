@@ -66,7 +66,9 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     queue = [c for c in state.get("candidates") or [] if c["patch"]["id"] not in tried]
     seen = list(state.get("candidates") or [])
     rejected = rejected_contents(state)
-    while not queue and len(tried) < cap:
+    # a limit the installed library proves comes first: nothing is proposed for it, however a search would end
+    limit = None if tried or seen or fault.fatal else library_limit(state, deps, fault)
+    while limit is None and not queue and len(tried) < cap:
         found = [candidate_to_dict(c) for c in deps.engine.candidates(deps.context(state), fault,
                                                                       skip=frozenset(tried))]
         for note in deps.engine.notes:
@@ -83,13 +85,12 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
             break
     progress: dict[str, Any] = {"tried": tried, "declined": declined, "candidates": seen}
     state = cast(SessionState, {**state, **progress})
-    if not queue or len(tried) >= cap:
+    if limit is not None or not queue or len(tried) >= cap:
         why = ((deps.engine.stop_reason or NO_REASON) if not tried
                else why_nothing_left(state, len(tried)))
         if fault.fatal:
             why = (f"{fault.proc or 'a process of the job'} died of it, not of a Python exception: "
                    "no code patch is proposed for it")
-        limit = None if tried or fault.fatal else library_limit(state, deps, fault)
         if limit is not None:  # what the stop proved: the installed library cannot, whatever the job does
             why = limit.sentence()
         elif not (tried or fault.fatal or deps.engine.stop_reason):  # else at least where the library refused
@@ -106,7 +107,8 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
             return {**progress, "candidates": [], "proposal": None}
         ends = "rejected" if declined_by_a_person(state) else "no_repair"  # a person's no ends it as theirs
         deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "outcome": ends})
-        proven = deps.engine.stop_reason if not tried else None  # it names the real error itself
+        # it names the real error itself (not asked when a limit came first: its reason is another fault's)
+        proven = deps.engine.stop_reason if not tried and limit is None else None
         return {**progress, "candidates": [], "proposal": None, "outcome": ends,
                 "outcome_detail": proven or f"{fault.summary} — {why}"}
     proposal = queue[0]
