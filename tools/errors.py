@@ -20,6 +20,9 @@ one place and prints ``medic: <message>``; anything else is a bug and keeps its 
     │   └── PinsConflict            exit 2  a lab's two releases declare requirements no venv can meet
     ├── TraceError                  exit 2  a trace that cannot be read (not JSON, unknown version, empty)
     ├── SessionError                exit 2  unknown session or patch id, session locked by another process
+    ├── NotProven                           a repair's proof that no change it may make keeps the result: the
+    │   │                                   stop's reason, kept by the repair engine (agent/repair/types.py)
+    │   └── ImportMismatch                  the fixable package does not import as shipped (derived_history.py)
     └── LLMError                            the model endpoint failed after its retries, or broke protocol
 
 How a session ENDS is not an error: it is an outcome (verified, budget, no_repair, waiting, …), and

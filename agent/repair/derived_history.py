@@ -29,10 +29,10 @@ from packaging.version import InvalidVersion, Version
 
 from agent.repair.context import module_of
 from agent.repair.derived_packages import fails_as_shipped
-from agent.repair.types import Candidate, Check, Fault, RepairContext
+from agent.repair.types import Candidate, Check, Fault, NotProven, RepairContext
 from tools.diffs import env_patch
 from tools.envprobe import PristineImport
-from tools.errors import MedicError, SourceError
+from tools.errors import SourceError
 from tools.history import requires_of, upload_times
 from tools.overlay import Tried, pip_step, try_overlay
 from tools.requirements import Declared, Requirement, normalize
@@ -41,7 +41,7 @@ MAX_TRIES = 5  # each is a pip plan, a download and an import in the target env
 FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
 
 
-class ImportMismatch(MedicError):
+class ImportMismatch(NotProven):
     """The fixable package does not import as shipped and no change to the env could be proven: why medic stops."""
 
 

@@ -24,7 +24,7 @@ from agent.repair.context import candidate, evidence_line, library_definitions, 
 from agent.repair.derived_calls import UNEXPECTED, callee_short
 from agent.repair.derived_platform import host_frames
 from agent.repair.edits import Source, replace_span
-from agent.repair.types import Candidate, Fault, RepairContext
+from agent.repair.types import Candidate, Fault, NotProven, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
 
@@ -44,8 +44,16 @@ def lagging_stand_in(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     call, kernel_name = found
     kernel = top_level_def(caller.tree, kernel_name)
     func = caller.enclosing_function(call.lineno)
-    if kernel is None or func is None or keyword not in param_names(kernel) or not precision_only(kernel, keyword):
+    if kernel is None or func is None or keyword not in param_names(kernel):
         return []
+    if not precision_only(kernel, keyword):
+        if not (uses := other_uses(kernel, keyword)):
+            return []  # never read: nothing is known of what it would change
+        use = uses[0]
+        raise NotProven(f"{impl_name}() stands in on this host for the kernel {kernel_name} ({caller.path}:"
+                        f"{kernel.lineno}), which takes {keyword}= and the stand-in does not; the kernel uses "
+                        f"{keyword} for more than a dtype (line {use.lineno}: `{caller.line(use.lineno).strip()}`), "
+                        "so a stand-in that ignores it is not proven to compute the same: no change is proposed")
     passed = next(k.value for k in call.keywords if k.arg == keyword)
     chosen = precision_carried(func, passed)
     value = (default_of(kernel, keyword) or default_of(func, ast.unparse(passed))) if chosen else None
@@ -131,10 +139,18 @@ def picks_dtype(branch: ast.If | ast.IfExp, flag: str) -> bool:
 
 def precision_only(func: ast.FunctionDef, flag: str) -> bool:
     """Every read of ``flag`` in ``func`` is the test of a branch that picks a dtype, and there is one."""
+    return any(reads(func, flag)) and not other_uses(func, flag)
+
+
+def reads(func: ast.FunctionDef, flag: str) -> list[ast.Name]:
+    return [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == flag and isinstance(n.ctx, ast.Load)]
+
+
+def other_uses(func: ast.FunctionDef, flag: str) -> list[ast.Name]:
+    """The reads of ``flag`` that are not the test of a branch picking a dtype, first line first."""
     tests = {id(n) for b in ast.walk(func) if isinstance(b, ast.If | ast.IfExp) and picks_dtype(b, flag)
              for n in ast.walk(b.test)}
-    reads = [n for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == flag and isinstance(n.ctx, ast.Load)]
-    return bool(reads) and all(id(n) in tests for n in reads)
+    return sorted((n for n in reads(func, flag) if id(n) not in tests), key=lambda n: (n.lineno, n.col_offset))
 
 
 def precision_carried(func: ast.FunctionDef | ast.AsyncFunctionDef, passed: ast.expr) -> ast.Assign | None:

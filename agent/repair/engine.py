@@ -7,10 +7,9 @@ by the caller, so a rejected or failed patch makes way for the next one.
 
 from __future__ import annotations
 
-from agent.repair.derived_history import ImportMismatch
 from agent.repair.playbooks import Playbook, load_playbooks, playbook_candidates
 from agent.repair.registry import ENVIRONMENT_FIRST, LAST_RESORT, PLAYBOOKS, REPAIRS, Repair, repairs_for
-from agent.repair.types import Candidate, Fault, RepairContext
+from agent.repair.types import Candidate, Fault, NotProven, RepairContext
 from tools.errors import MedicError
 
 
@@ -52,7 +51,7 @@ class RepairEngine:
     def ask(self, name: str, repair: Repair, ctx: RepairContext, fault: Fault) -> list[Candidate]:
         try:
             return repair(ctx, fault)
-        except ImportMismatch as err:  # the env's package does not import as shipped: what the stop must say
+        except NotProven as err:  # what the stop must say (the env's package does not import as shipped, …)
             self.stop_reason = str(err)
             self.notes.append(f"{name}: {err}")
             return []

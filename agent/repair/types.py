@@ -5,9 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tools.errors import MedicError
 from tools.host import Host
 from tools.patches import Patch
 from tools.tracebacks import message_line
+
+
+class NotProven(MedicError):
+    """A repair knew the fault's class and proved that no change it may make keeps what the job computes: the
+    stop's reason, in the repair's words (the engine keeps it; a candidate of another repair still wins)."""
+
 
 FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
 FindingKind = Literal["unexpected_kwarg", "missing_argument", "protocol_step", "return_shape", "device_call",
