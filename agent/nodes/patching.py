@@ -37,6 +37,7 @@ from agent.launch_records import LaunchRecord
 from agent.outcomes import NO_REASON
 from agent.patch_records import CheckData, FaultData, KeptPatch
 from agent.repair.limits import InterfaceLimit, interface_limit, own_refusal
+from agent.repair.limits_values import refused_value
 from agent.repair.types import Candidate, Fault, RepairContext
 from agent.state import SessionState
 from tools.errors import PatchError
@@ -94,7 +95,8 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
         if limit is not None:  # what the stop proved: the installed library cannot, whatever the job does
             why = limit.sentence()
         elif not (tried or fault.fatal or deps.engine.stop_reason):  # else at least where the library refused
-            why = own_refusal(deps.context(state), fault) or why
+            ctx = deps.context(state)
+            why = own_refusal(ctx, fault) or refused_value(ctx, fault) or why
         if predicted(state.get("fault")):  # a prediction, not a failure: the runs will tell
             asked = launch_question(state)
             if asked is not None:  # but a person said no to its repair: launching into it is theirs to say
