@@ -3,7 +3,7 @@ refused feature off.
 
 vLLM 0.23.0 validates its config at server start: ``if kv_transfer_config.kv_connector ==
 "ExampleHiddenStatesConnector" and scheduler_config.enable_chunked_prefill: raise ValueError("… does not support
-chunked prefill. Please disable chunked prefill (--no-enable-chunked-prefill).")``. The message is untrusted (a
+chunked prefill. Please disable chunked prefill (`--no-enable-chunked-prefill`).")``. The message is untrusted (a
 log is), so nothing is taken from it but which option to look for; the rest is read from the installed library:
 - the ``raise`` whose message text is the fault's and names the option, in the library's own source;
 - the switch, in the library's own CLI (its engine-args classes' parser, asked in the target env): the field it
