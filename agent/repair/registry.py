@@ -9,6 +9,7 @@ answers alone; ``LAST_RESORT`` only when nothing else found a candidate (the pac
 slow, it downloads and imports), and its proof that nothing can be done is the stop's message.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
+    interface_drift                          interface_limit (the model's class)   none: a proven stop, first
     environment_drift                        environment, env_choice (CUDA: start)  environment
     signature_drift                          unexpected_kwarg, missing_argument    unexpected_kwarg, missing_argument
     protocol_drift                           protocol_step                         protocol_step
@@ -42,6 +43,7 @@ from agent.repair import (
 )
 from agent.repair.edits import Source
 from agent.repair.scan_env import environment_drift
+from agent.repair.scan_interfaces import interface_drift
 from agent.repair.scan_members import grafted_member_drift
 from agent.repair.scan_platform import platform_drift
 from agent.repair.scan_playbooks import playbook_drift
@@ -96,8 +98,10 @@ class Drift:
     repaired_by: tuple[str, ...]  # names in REPAIRS, or PLAYBOOKS
 
 
-# The environment first: a library the host lacks is a host step, and a person should hear of it at once.
+# A model no change can run first (the session stops there, nothing changed); then the environment: a library the
+# host lacks is a host step, and a person should hear of it at once.
 DRIFTS: tuple[Drift, ...] = (
+    Drift(interface_drift, ("interface_limit",), ()),
     Drift(environment_drift, ("environment", "env_choice"), ("environment",)),
     Drift(signature_drift, ("unexpected_kwarg", "missing_argument"), ("unexpected_kwarg", "missing_argument")),
     Drift(protocol_drift, ("protocol_step",), ("protocol_step",)),
