@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.config import Budgets, SessionConfig, Target
 from agent.remedies import with_options
-from tools.diffs import ArgEdit, EnvEdit, FileDiff, apply_hunks, parse_diff
+from tools.diffs import ArgEdit, EnvEdit, FileDiff, apply_hunks, diff_lines, parse_diff
 from tools.errors import StaleContext
 
 HUNK = re.compile(r"^@@ -(\d+(?:,\d+)?) \+(\d+(?:,\d+)?) @@(.*)$")
@@ -58,8 +58,7 @@ def _rewrite(files: list[dict[str, Any]], forward: bool) -> None:
 
 def at_offset(text: str, diff: FileDiff) -> FileDiff:
     """The hunks moved to where their lines stand now, each where they stand exactly once (an offset, no fuzz)."""
-    lines = text.split("\n")
-    lines = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+    lines = diff_lines(text)
     moved = []
     for hunk in diff.hunks:
         size = len(hunk.source_lines)

@@ -128,7 +128,7 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _lines(text: str) -> list[str]:
+def diff_lines(text: str) -> list[str]:
     """Split at "\\n" only, as unified diffs do (str.splitlines also splits at \\f, \\x1c, \\r...)."""
     parts = text.split("\n")
     return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
@@ -142,7 +142,7 @@ def decode_source(data: bytes, path: str) -> str:
 
 
 def unified_diff(path: str, before: str, after: str) -> str:
-    out = difflib.unified_diff(_lines(before), _lines(after), fromfile="a" + path, tofile="b" + path)
+    out = difflib.unified_diff(diff_lines(before), diff_lines(after), fromfile="a" + path, tofile="b" + path)
     return "".join(line if line.endswith("\n") else line + "\n" + NO_NEWLINE for line in out)
 
 
@@ -188,7 +188,7 @@ def parse_diff(text: str, *, base_dir: str | None = None) -> dict[str, FileDiff]
 
 def apply_hunks(text: str, diff: FileDiff) -> str:
     """Apply with zero fuzz and zero offset: every context line must be where the hunk header says."""
-    lines, out, pos = _lines(text), [], 0
+    lines, out, pos = diff_lines(text), [], 0
     for hunk in diff.hunks:
         start = hunk.source_start - 1 if hunk.source_length else hunk.source_start
         end = start + len(hunk.source_lines)

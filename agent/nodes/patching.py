@@ -36,7 +36,7 @@ from agent.job import job_model_folder
 from agent.launch_records import LaunchRecord
 from agent.outcomes import NO_REASON
 from agent.patch_records import CheckData, FaultData, KeptPatch
-from agent.repair.limits import InterfaceLimit, interface_limit, own_refusal
+from agent.repair.limits import InterfaceLimit, guard_of, limit_for, own_refusal
 from agent.repair.limits_values import refused_value
 from agent.repair.types import Candidate, Fault, RepairContext
 from agent.state import SessionState
@@ -126,10 +126,14 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
 
 
 def library_limit(state: SessionState, deps: Deps, fault: Fault) -> InterfaceLimit | None:
+    """Asked of every new fault: the model folder is read only for one that ends under a capability guard."""
     ctx = deps.context(state)
+    guard = guard_of(ctx, fault)
+    if guard is None:
+        return None
     folder = job_model_folder(deps.config.target, deps.host)
     ctx.architectures = architectures(deps.host, folder.path) if folder else ()
-    return interface_limit(ctx, fault)
+    return limit_for(ctx, guard)
 
 
 def apply(state: SessionState, deps: Deps) -> dict[str, Any]:

@@ -18,7 +18,6 @@ job's files and the library are left alone, and the relaunch, the check and the 
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,14 +25,13 @@ from typing import Any, Literal
 
 from agent.repair.context import asked_once, library_grep, read_source
 from agent.repair.derived_option_branch import library_cli
-from agent.repair.option_probe import CLI_ACTIONS, MARK
+from agent.repair.option_probe import CLI_ACTIONS, MARK, run_probe
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.diffs import ArgEdit, arg_patch
-from tools.errors import MedicError, SourceError
+from tools.errors import MedicError
 
 ORIGIN = "derived:option:named_switch"
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b|(?<![\w-])--[a-z]{3,}\b")
-PROBE_TIMEOUT = 600.0  # importing the library's CLI is most of it
 
 SWITCH_PROBE = CLI_ACTIONS + r'''
 import json, sys
@@ -130,17 +128,9 @@ def turned_off(test: ast.expr, dest: str, sets: bool) -> bool:
 
 def switches_of(ctx: RepairContext, package: str, options: list[str]) -> dict[str, Any]:
     """What each option is in the library's own CLI, asked of the target env."""
-    def ask() -> dict[str, Any]:
-        spec = {"package": package, "options": options}
-        result = ctx.host.run([ctx.python, "-B", "-c", SWITCH_PROBE, json.dumps(spec)], timeout=PROBE_TIMEOUT,
-                              env=ctx.job_env or None)
-        reply = next((line[len(MARK):] for line in result.stdout.splitlines() if line.startswith(MARK)), None)
-        if reply is None:
-            tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
-            raise SourceError(f"{ctx.python} did not say what {', '.join(options)} is in {package}'s CLI "
-                              f"(exit {result.exit_code}): {tail}")
-        return dict(json.loads(reply))
-    return asked_once(ctx, f"switches:{package}:{','.join(options)}", ask)
+    spec = {"package": package, "options": options}
+    return asked_once(ctx, f"switches:{package}:{','.join(options)}", lambda: run_probe(
+        ctx, SWITCH_PROBE, spec, f"what {', '.join(options)} is in {package}'s CLI"))
 
 
 def remedy(ctx: RepairContext, option: str, switch: dict[str, Any], refusal: Refusal) -> Candidate:

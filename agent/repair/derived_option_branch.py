@@ -22,14 +22,12 @@ from typing import Any, Literal
 from agent.repair.context import candidate, module_of, read_source
 from agent.repair.option_choice import Choice, choice_at
 from agent.repair.option_keyword import KeywordSite, keyword_sites
-from agent.repair.option_probe import MARK, PROBE
+from agent.repair.option_probe import PROBE, run_probe
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from tools.diffs import ArgEdit, arg_patch
-from tools.errors import SourceError
 
 ORIGIN = "derived:option:other_branch"
 ORIGIN_KEYWORD = "derived:option:keyword"  # an in-process job: the keyword of its own call, a file patch
-PROBE_TIMEOUT = 600.0  # importing the library is most of it; minutes on a loaded host
 NAMED = re.compile(r"\b([a-z_]\w*)=([\w.]+)")  # "head_dim=64", "dtype=torch.bfloat16": what a message or log names
 
 
@@ -112,13 +110,6 @@ def ask(ctx: RepairContext, module: str, choice: Choice, fault: Fault, given: di
                        if i.param not in known],
             "command": list(ctx.server_command or ctx.job_command), "given": given}
     key = "option-branch:" + json.dumps(spec, sort_keys=True)
-    if key not in ctx.memo:
-        result = ctx.host.run([ctx.python, "-B", "-c", PROBE, json.dumps(spec)], timeout=PROBE_TIMEOUT,
-                              env=ctx.job_env or None)
-        reply = next((line[len(MARK):] for line in result.stdout.splitlines() if line.startswith(MARK)), None)
-        if reply is None:  # the engine notes it: the report says why this fault got no option remedy
-            tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
-            raise SourceError(f"{ctx.python} did not say which option changes {choice.function}()'s answer "
-                              f"(exit {result.exit_code}): {tail}")
-        ctx.memo[key] = json.loads(reply)
+    if key not in ctx.memo:  # a SourceError is noted by the engine: the report says why no option remedy
+        ctx.memo[key] = run_probe(ctx, PROBE, spec, f"which option changes {choice.function}()'s answer")
     return ctx.memo[key]

@@ -108,26 +108,55 @@ def implements(ctx: RepairContext, bases: list[str], interface: str, depth: int 
     return False
 
 
+@dataclass(frozen=True)
+class Guard:
+    """The raise a fault ends at stands under ``if not predicate(…)``, and the predicate checks ``interface``."""
+
+    predicate: str
+    interface: str
+
+
 def interface_limit(ctx: RepairContext, fault: Fault) -> InterfaceLimit | None:
     """The library limit the fault proves, or None when it proves none (or medic cannot read the code)."""
+    guard = guard_of(ctx, fault)
+    return limit_for(ctx, guard) if guard else None
+
+
+def guard_of(ctx: RepairContext, fault: Fault) -> Guard | None:
+    """The capability guard of the fault's innermost library or fixable frame: read before anything is asked of
+    the model (a fault under no such guard proves no limit, whatever the model)."""
     # the guard may be the library's or the fixable package's own (speculators asks vLLM's predicate too)
     frame = next((f for f in reversed(fault.frames) if library_of(ctx, f.file) or ctx.is_fixable(f.file)), None)
     source = read_source(ctx, frame.file) if frame else None
-    if frame is None or source is None:
+    predicate = guarding_predicate(source.tree, frame.line) if frame and source else None
+    interface = interface_of(ctx, predicate) if predicate else None
+    return Guard(predicate, interface) if predicate and interface else None
+
+
+def interface_of(ctx: RepairContext, predicate: str) -> str | None:
+    return checked_interface(library_definitions(ctx, predicate))
+
+
+def limit_for(ctx: RepairContext, guard: Guard) -> InterfaceLimit | None:
+    lacking = model_without(ctx, guard.interface)
+    if lacking is None:
         return None
-    predicate = guarding_predicate(source.tree, frame.line)
-    interface = checked_interface(library_definitions(ctx, predicate)) if predicate else None
-    if predicate is None or interface is None:
-        return None
+    arch, found, bases = lacking
+    library = library_of(ctx, found.path) or ""  # the model class's library: its limit, whoever asked
+    version = installed_version(ctx, library) or "(version unknown)"
+    return InterfaceLimit(library, version, arch, guard.interface, guard.predicate, in_library(library, found.path),
+                          tuple(bases))
+
+
+def model_without(ctx: RepairContext, interface: str) -> tuple[str, src_tools.SymbolLocation, list[str]] | None:
+    """The first of the model's architectures whose class, as the library defines it, reaches ``interface``
+    through none of its bases: (the architecture, its class's definition, the class's bases)."""
     for arch in ctx.architectures:
         classes = [d for d in library_definitions(ctx, arch) if d.kind == "class" and "/models/" in d.path]
         for found in classes[:1]:
             bases = class_bases(found)
-            library = library_of(ctx, found.path) or ""  # the model class's library: its limit, whoever asked
-            version = installed_version(ctx, library) or "(version unknown)"
             if not implements(ctx, bases, interface):
-                return InterfaceLimit(library, version, arch, interface, predicate,
-                                      in_library(library, found.path), tuple(bases))
+                return arch, found, bases
     return None
 
 

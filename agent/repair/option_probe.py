@@ -9,7 +9,26 @@ each value goes. Prints one JSON line after ``MARK``.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from agent.repair.types import RepairContext
+from tools.errors import SourceError
+
 MARK = "@@option-probe@@ "
+PROBE_TIMEOUT = 600.0  # importing the library is most of it; minutes on a loaded host
+
+
+def run_probe(ctx: RepairContext, script: str, spec: dict[str, Any], what: str) -> dict[str, Any]:
+    """The JSON line after ``MARK`` that ``script`` prints, run by the target's python with the job's environment
+    (``spec`` its argument); SourceError saying it did not say ``what`` otherwise."""
+    result = ctx.host.run([ctx.python, "-B", "-c", script, json.dumps(spec)], timeout=PROBE_TIMEOUT,
+                          env=ctx.job_env or None)
+    reply = next((line[len(MARK):] for line in result.stdout.splitlines() if line.startswith(MARK)), None)
+    if reply is None:
+        tail = (result.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise SourceError(f"{ctx.python} did not say {what} (exit {result.exit_code}): {tail}")
+    return dict(json.loads(reply))
 
 # The library's own CLI, as its engine-args classes build it (also asked by agent/repair/derived_named_option.py).
 CLI_ACTIONS = r'''

@@ -14,9 +14,9 @@ from __future__ import annotations
 import ast
 import contextlib
 
-from agent.repair.context import across_libraries, library_definitions, read_source
-from agent.repair.edits import Source
-from agent.repair.limits import FEATURES, checked_interface, class_bases, implements, interface_limit
+from agent.repair.context import across_libraries, read_source
+from agent.repair.edits import Source, callee_name
+from agent.repair.limits import FEATURES, interface_limit, interface_of, model_without
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -25,35 +25,27 @@ PREDICATES = tuple(f"supports_{name.lower()}" for name in FEATURES)  # what extr
 
 
 def interface_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
-    if not any(lacks(ctx, arch) for arch in ctx.architectures):
+    if not lacks(ctx):
         return []  # the common case, read from two definitions: no search for the refusal
-    for src, line, func, predicate in refusals(ctx, sources):
-        fault = Fault("scan", "PredictedLimit",
-                      f"{', '.join(ctx.architectures)}: every launch would end at {src.path}:{line}, the raise "
-                      f"under `if not {predicate}(…)`", (FrameRef(src.path, line, func, src.line(line).strip()),),
-                      fingerprint=f"limit:{src.path}:{line}")
-        limit = interface_limit(ctx, fault)
+    for src, line, func in refusals(ctx, sources):
+        frame = FrameRef(src.path, line, func, src.line(line).strip())
+        limit = interface_limit(ctx, Fault("scan", "PredictedLimit", "", (frame,)))
         if limit is not None:
-            return [Fault(fault.stage, fault.exc_type, limit.sentence(), fault.frames, fingerprint=fault.fingerprint,
+            return [Fault("scan", "PredictedLimit", limit.sentence(), (frame,), fingerprint=f"limit:{src.path}:{line}",
                           finding=Finding("interface_limit", callee=limit.predicate, name=limit.model_class))]
     return []
 
 
-Refusal = tuple[Source, int, str, str]  # the file, the raise's line, its function, the predicate guarding it
+Refusal = tuple[Source, int, str]  # the file, the raise's line, its function
 
 
-def lacks(ctx: RepairContext, arch: str) -> bool:
-    """The model class, as the library defines it, reaches the interface a predicate checks through no base."""
-    classes = [d for d in library_definitions(ctx, arch) if d.kind == "class" and "/models/" in d.path]
-    for predicate in PREDICATES:
-        interface = checked_interface(library_definitions(ctx, predicate))
-        if classes and interface and not implements(ctx, class_bases(classes[0]), interface):
-            return True
-    return False
+def lacks(ctx: RepairContext) -> bool:
+    """A model class, as the library defines it, reaches the interface a predicate checks through no base."""
+    return any((interface := interface_of(ctx, p)) and model_without(ctx, interface) for p in PREDICATES)
 
 
 def refusals(ctx: RepairContext, sources: list[Source]) -> list[Refusal]:
-    """(source, raise line, function, predicate) of each raise under ``if not <predicate>(…)``: the job's code first."""
+    """(source, raise line, function) of each raise under ``if not <predicate>(…)``: the job's code first."""
     found = [hit for src in sources for hit in guarded_raises(src)]
     for name in PREDICATES:
         with contextlib.suppress(MedicError):
@@ -68,12 +60,7 @@ def guarded_raises(src: Source) -> list[Refusal]:
     for func in (n for n in ast.walk(src.tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
         for node in ast.walk(func):
             if (isinstance(node, ast.If) and isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
-                    and isinstance(node.test.operand, ast.Call) and (name := called(node.test.operand)) in PREDICATES):
-                out += [(src, stmt.lineno, func.name, str(name)) for stmt in node.body if isinstance(stmt, ast.Raise)]
+                    and isinstance(node.test.operand, ast.Call) and callee_name(node.test.operand) in PREDICATES):
+                out += [(src, stmt.lineno, func.name) for stmt in node.body if isinstance(stmt, ast.Raise)]
     return out
-
-
-def called(call: ast.Call) -> str | None:
-    func = call.func
-    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
