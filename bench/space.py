@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ if str(ROOT) not in sys.path:
 
 from packaging.version import Version  # noqa: E402
 
+from bench.space_disk import claim_work, room_for_a_pair, sweep  # noqa: E402
 from bench.space_pair import Pair  # noqa: E402
 from bench.space_registry import Release, releases, requires, torch_pin, wheel_facts  # noqa: E402
 from bench.space_report import RESULTS_JSON, load_results, write_reports  # noqa: E402
@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave each kept change out of a verified pair in turn (auto: the first verified pair "
                              "of each vLLM minor release)")
     parser.add_argument("--results", type=Path, default=RESULTS_JSON, help="the machine-readable results file")
+    parser.add_argument("--min-free-gb", type=float, default=30.0,
+                        help="stop before a pair when less disk than this is free (the machine's other work)")
     args = parser.parse_args(argv)
     pairs = enumerate_pairs()
     known = {p.key for p in pairs}
@@ -156,12 +158,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.nice(10)  # a background bench: the machine's other work goes first
     signal.signal(signal.SIGTERM, interrupted)  # `kill` stops it as Ctrl-C does: the pair in flight is ended
-    work = Path(tempfile.mkdtemp(prefix="medic-space-"))
+    for gone in sweep():
+        print(f"removed {gone}: left by a bench that is no longer running", file=sys.stderr, flush=True)
+    work = claim_work()
     try:
         for pair in order:
             done = results.get(pair.key)
             if done and done.get("commit") == here and done.get("outcome") != "bench error":
                 continue
+            full = room_for_a_pair(args.min_free_gb)
+            if full:
+                print(full, file=sys.stderr, flush=True)
+                break
             print(f"… {pair.key} ({pair.flavour}, torch {pair.torch})", file=sys.stderr, flush=True)
             started = time.monotonic()
             minor = ".".join(pair.vllm.split(".")[:2])

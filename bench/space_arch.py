@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.space_arch_report import RESULTS_JSON, load_results, record  # noqa: E402
+from bench.space_disk import claim_work, sweep  # noqa: E402
 from bench.space_run import Pair, medic_on_copy, private_copy  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabPaths, Variant  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
@@ -187,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS_JSON)
     args = parser.parse_args(argv)
     only = [a.strip() for a in args.only.split(",") if a.strip()]
-    work = args.work or Path(tempfile.mkdtemp(prefix="medic-space-arch-"))
+    sweep()
+    work = args.work or claim_work()  # marked: a killed bench's folder is removed by the next bench's sweep
     work.mkdir(parents=True, exist_ok=True)
     os.nice(10)  # a background bench: the machine's other work goes first
     here = commit()
@@ -198,18 +199,22 @@ def main(argv: list[str] | None = None) -> int:
         for item in items:
             print(f"{item['arch']:<28} {item['flavour']:<9} eagle3={item['eagle3']!s:<5} {item['transformers']}")
         return 0
-    for item in items:
-        key = f"{item['arch']}@{item['flavour']}"
-        done = load_results(args.results).get(key)
-        if done and done.get("commit") == here and done.get("outcome") != "bench error":
-            continue
-        print(f"… {key}", file=sys.stderr, flush=True)
-        started = time.monotonic()
-        row = {**item, **run_one(item, work, args.max_launches, args.keep)}
-        row.update(commit=here, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                   wall=round(time.monotonic() - started, 1))
-        record(key, row, args.results)
-        print(f"    {row['outcome']}: {str(row.get('detail', ''))[:200]}", file=sys.stderr, flush=True)
+    try:
+        for item in items:
+            key = f"{item['arch']}@{item['flavour']}"
+            done = load_results(args.results).get(key)
+            if done and done.get("commit") == here and done.get("outcome") != "bench error":
+                continue
+            print(f"… {key}", file=sys.stderr, flush=True)
+            started = time.monotonic()
+            row = {**item, **run_one(item, work, args.max_launches, args.keep)}
+            row.update(commit=here, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       wall=round(time.monotonic() - started, 1))
+            record(key, row, args.results)
+            print(f"    {row['outcome']}: {str(row.get('detail', ''))[:200]}", file=sys.stderr, flush=True)
+    finally:
+        if not (args.work or args.keep):
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

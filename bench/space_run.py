@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.space_disk import NO_SPACE, OWNER, mark, unmark  # noqa: E402
 from bench.space_judge import judge, lab_checker  # noqa: E402
 from bench.space_pair import Pair  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  # noqa: E402
@@ -44,25 +45,34 @@ def builder(pair: Pair, root: Path) -> LabBuilder:
     return LabBuilder(LabPaths(root), variant=Variant(pair.vllm, pair.spec))
 
 
-def pip_words(log: Path) -> str:
-    """pip's own reason for a resolution it could not make, from a build log."""
+def pip_log(log: Path) -> str:
     try:
-        lines = log.read_text(errors="replace").splitlines()
+        return log.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def pip_words(log: Path) -> str:
+    """pip's own reason for a resolution it could not make, from a build log."""
+    lines = pip_log(log).splitlines()
     said = [ln.strip() for ln in lines if " depends on " in ln or ln.strip().startswith(("The user requested",
                                                                                            "ERROR: Cannot install",
                                                                                            "ERROR: Could not find"))]
     return "; ".join(dict.fromkeys(said[-4:]))
 
 
-def build(pair: Pair) -> tuple[Path | None, dict[str, Any]]:
+def build(pair: Pair, *, fresh: bool) -> tuple[Path | None, dict[str, Any]]:
     root = lab_root(pair)
+    if fresh:
+        mark(root)  # a bench killed mid-pair leaves this lab; the next bench's sweep removes it
     try:
         builder(pair, root).build(("tiny",))
     except PinsConflict as err:
         return None, {"outcome": "not installable", "stage": "build", "detail": str(err)}
     except (LabError, MedicError) as err:
+        if NO_SPACE in str(err) or NO_SPACE in pip_log(root / "build.log"):
+            # the machine's disk, not the pair: no verdict, and the bench stops (bench/space.py)
+            return None, {"outcome": "bench error", "stage": "build", "detail": f"{NO_SPACE}: {err}"}
         words = pip_words(root / "build.log")
         if words:
             return None, {"outcome": "not installable", "stage": "build", "detail": f"pip: {words}"}
@@ -75,7 +85,7 @@ def private_copy(pair: Pair, root: Path, dest: Path) -> Path:
     for part in root.iterdir():
         if part.name == "venv":
             clone_venv(part, dest / "venv")
-        elif part.name != "build.log":
+        elif part.name not in ("build.log", OWNER):
             subprocess.run(["cp", "-al", str(part), str(dest / part.name)], check=True, stdin=subprocess.DEVNULL)
     builder(pair, dest).reset()
     return dest
@@ -84,7 +94,7 @@ def private_copy(pair: Pair, root: Path, dest: Path) -> Path:
 def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity: bool = True) -> dict[str, Any]:
     root = lab_root(pair)
     fresh = not root.exists()
-    built, failed = build(pair)
+    built, failed = build(pair, fresh=fresh)
     if built is None:
         if fresh and not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -94,7 +104,9 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity
         private_copy(pair, built, copy)
         return medic_on_copy(pair, copy, work, max_launches, necessity=necessity)
     finally:
-        if not keep:
+        if keep:
+            unmark(root)
+        else:
             shutil.rmtree(copy, ignore_errors=True)
             if fresh and built not in KEPT_LABS:
                 shutil.rmtree(root, ignore_errors=True)

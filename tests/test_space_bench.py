@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from agent.config import Target
 from agent.readers.postmortem_summary import FaultView
 from bench.space import declared_conflict, newest_rows
+from bench.space_disk import room_for_a_pair, sweep
 from bench.space_judge import side_of
 from bench.space_necessity import at_offset, backwards, target_without
 from bench.space_pair import Pair
@@ -15,6 +21,7 @@ from bench.space_report import totals
 from tools.diffs import apply_hunks, parse_diff, unified_diff
 from tools.errors import StaleContext
 
+ROOT = Path(__file__).resolve().parents[1]
 VLLM_META = "Requires-Dist: torch==2.11.0+cpu\nRequires-Dist: transformers<5,>=4.56.0\nRequires-Dist: numpy\n"
 
 
@@ -97,3 +104,36 @@ def test_two_benches_sharing_a_results_file_keep_each_others_rows() -> None:
             "a": {"at": "2026-12-05T09:00:00Z", "outcome": "no_repair"}}
     merged = newest_rows(mine, disk)
     assert merged["a"]["outcome"] == "verified" and merged["b"]["outcome"] == "verified" and "c" in merged
+
+
+def test_what_a_killed_bench_left_is_swept_and_a_running_benchs_is_not(tmp_path) -> None:
+    """A bench killed with SIGKILL (a session's end) leaves its work folder and the pair lab it was building; the
+    next bench removes both, and neither a running bench's folders nor unmarked ones."""
+    temp, labs = tmp_path / "tmp", tmp_path / "labs"
+    temp.mkdir()
+    claim = ("from bench.space_disk import claim_work, mark; import pathlib, sys, time; w = claim_work(); "
+             f"mark(pathlib.Path({str(labs / 'server-vllm-0.22.0_spec-0.9.0')!r})); print(w, flush=True); "
+             "time.sleep(60)")
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(ROOT)}
+    killed = subprocess.Popen([sys.executable, "-c", claim], env=env, stdout=subprocess.PIPE, text=True)
+    running = subprocess.Popen([sys.executable, "-c", claim.replace("0.22.0", "0.23.0")], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        killed_work, running_work = Path(killed.stdout.readline().strip()), Path(running.stdout.readline().strip())
+        killed.kill()
+        killed.wait()
+        assert killed_work.parent == temp and (killed_work / "tmp").is_dir()
+        (labs / "vllm-0.18.1_spec-0.3.0").mkdir()  # a lab no bench marked (the tests' own)
+        gone = sweep(temp, labs)
+        assert sorted(gone) == sorted([killed_work, labs / "server-vllm-0.22.0_spec-0.9.0"])
+        assert running_work.is_dir() and (labs / "server-vllm-0.23.0_spec-0.9.0").is_dir()
+        assert (labs / "vllm-0.18.1_spec-0.3.0").is_dir()
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_the_bench_stops_before_a_pair_would_fill_the_disk() -> None:
+    assert room_for_a_pair(0.0) is None
+    said = room_for_a_pair(1e9)
+    assert said is not None and said.startswith("stopping: ") and "--min-free-gb" in said
