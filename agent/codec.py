@@ -19,6 +19,7 @@ def fault_from_dict(data: FaultData) -> Fault:
     fields: dict[str, Any] = dict(data)
     fields["frames"] = tuple(FrameRef(**f) for f in data.get("frames", ()))
     fields["caller_frames"] = tuple(FrameRef(**f) for f in data.get("caller_frames", ()))
+    fields["warnings"] = tuple(data.get("warnings", ()))
     finding = data.get("finding")
     fields["finding"] = Finding(**cast(dict[str, Any], finding)) if finding else None
     output = data.get("output")

@@ -69,7 +69,26 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash", where: Callable[[st
         fingerprint=logs.fingerprint(root).key,
         proc=root.proc,
         log_excerpt=excerpt,
+        warnings=logged_warnings(lines, root.first_lineno),
     )
+
+
+# a WARNING record as the standard library's basicConfig (``WARNING:name:…``) and loguru (``… | WARNING  | mod:fn:12 -
+# …``) write it; vLLM's own prefix (``WARNING 12-05 18:23:46 [file.py:66] …``) is read by tools/logs (LogLine.level)
+WARNING_LINE = re.compile(r"^WARNING:[\w.]+:(?P<std>\S.*)$|\|\s*WARNING\s*\|\s*\S+\s+-\s+(?P<loguru>\S.*)$")
+MAX_WARNINGS = 40
+
+
+def logged_warnings(lines: list[logs.LogLine], before: int) -> tuple[str, ...]:
+    """The distinct WARNING messages logged before line ``before``, oldest first (the last MAX_WARNINGS)."""
+    said: dict[str, None] = {}
+    for line in lines:
+        if line.lineno >= before:
+            break
+        match = WARNING_LINE.search(line.text.strip()) if line.level is None else None
+        if line.level == "WARNING" or match:
+            said[(match["std"] or match["loguru"] if match else line.text).strip()] = None
+    return tuple(said)[-MAX_WARNINGS:]
 
 
 # What CPython prints, as ``<sys.executable>: …``, when it dies before any traceback (Modules/main.c, runpy.py):

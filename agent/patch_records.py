@@ -51,6 +51,7 @@ class FaultData(TypedDict, total=False):
     reach: list[str]
     fatal: bool  # a death that is not a Python exception (tools/fatal.py): no code patch is proposed
     output: dict[str, list[int]] | None  # OutputFacts: what medic's own check measured in a wrong output
+    warnings: list[str]  # WARNING lines logged before the fault, oldest first
     launch: int | None  # the launch it came from (none for the scan)
     repeated: bool  # the same fingerprint as the fault before it, after a patch
     side: str  # a two-process job: "client" or "server", the process whose fix it needs

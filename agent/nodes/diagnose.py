@@ -35,7 +35,8 @@ def diagnose(state: SessionState, deps: Deps) -> dict[str, Any]:
         fault = replace(fault, message=f"{fault.message} ({instead})")
     # the log is the job's output: it reaches the checkpoint, the report and any prompt only redacted
     red = deps.trace.redactor
-    fault = replace(fault, message=red.text(fault.message), log_excerpt=red.text(fault.log_excerpt))
+    fault = replace(fault, message=red.text(fault.message), log_excerpt=red.text(fault.log_excerpt),
+                    warnings=tuple(red.text(w) for w in fault.warnings))
     faults = list(state.get("faults") or [])
     previous = faults[-1] if faults else None
     patches = list(state.get("patches") or [])

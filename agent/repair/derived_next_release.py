@@ -83,6 +83,12 @@ def free_names(func: Definition) -> set[str]:
     params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
     loads = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     bound = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    # what it imports itself, its ``except … as e`` names and its nested definitions bind names too
+    for node in ast.walk(func):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ExceptHandler | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound |= {node.name} if node.name and node is not func else set()
     return loads - params - bound - local_names(func)
 
 

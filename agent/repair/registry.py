@@ -5,8 +5,9 @@ A detector reads the caller's code against the installed library and returns fau
 same library, reading the finding, not a sentence. ``REPAIRS`` is every derived repair in the engine's order:
 the ones no detector feeds (a moved import; a driver's missing ``__main__`` guard; the library against its host,
 its stand-ins included) answer faults that only a run shows. ``ENVIRONMENT_FIRST`` is asked before them and
-answers alone; ``LAST_RESORT`` only when nothing else found a candidate (the package's own release history:
-slow, it downloads and imports), and its proof that nothing can be done is the stop's message.
+answers alone; ``LAST_RESORT`` only when nothing else found a candidate (the packages' own release history:
+slow, it downloads and imports; and a failure the library absorbed and warned of before the fatal one), and its
+proof that nothing can be done is the stop's message.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
     interface_drift                          interface_limit (the model's class)   none: a proven stop, first
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.repair import (
+    derived_absorbed,
     derived_calls,
     derived_dataflow,
     derived_driver,
@@ -87,6 +89,8 @@ ENVIRONMENT_FIRST: tuple[tuple[str, Repair], ...] = (
 LAST_RESORT: tuple[tuple[str, Repair], ...] = (
     ("import_history", derived_history.environment_history),
     ("next_release", derived_next_release.next_release_function),  # the package's later word on that function
+    # the library warned of a failure it absorbed, the run died after: the library's later word on that function
+    ("absorbed_failure", derived_absorbed.absorbed_failure),
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 

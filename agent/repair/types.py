@@ -95,6 +95,9 @@ class Fault:
     # the process died of something that is not a Python exception (tools/fatal.py): no code patch is proposed
     fatal: bool = False
     output: OutputFacts | None = None  # a wrong output: what medic's own check measured in it
+    # what the run logged at WARNING level before it died, oldest first: a failure the library absorbed (it warned
+    # and went on) may be what a later raise is the consequence of (agent/repair/derived_absorbed.py)
+    warnings: tuple[str, ...] = ()
 
     @property
     def summary(self) -> str:
