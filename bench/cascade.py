@@ -1,6 +1,6 @@
 """Launches and wall clock to take the lab from pristine to verified output, per strategy.
 
-    python bench/cascade.py [--lab DIR] [--size large]
+    python bench/cascade.py [--lab DIR] [--size large] [--only medic-full[,naive,…]]
 
 naive: fix only after each crash (no scan, no canary: every fault costs a target-model launch).
 medic-no-scan: canary + target, no static scan.   medic-full: scan, canary, target.
@@ -47,9 +47,16 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lab", default=str(Path.home() / ".cache" / "medic" / "lab"))
     parser.add_argument("--size", default="large")
+    parser.add_argument("--only", default=",".join(STRATEGIES), help="the strategies to run, comma-separated "
+                        "(medic-full is always run: the last line is its figures)")
     args = parser.parse_args()
+    wanted = {*args.only.split(","), "medic-full"}
+    unknown = wanted - set(STRATEGIES)
+    if unknown:
+        parser.error(f"not a strategy: {', '.join(sorted(unknown))} (known: {', '.join(STRATEGIES)})")
     home = Path(tempfile.mkdtemp(prefix="medic-bench-"))
-    results = {name: session(args.lab, args.size, flags, home, f"bench-{name}") for name, flags in STRATEGIES.items()}
+    results = {name: session(args.lab, args.size, flags, home, f"bench-{name}")
+               for name, flags in STRATEGIES.items() if name in wanted}
     env = {**os.environ, "MEDIC_HOME": str(home)}
     clean = measure(args.lab, args.size, ["--no-scan", "--no-canary"], home, "bench-clean", env)
     print(f"one clean launch of the {args.size} model: {clean['wall']:.1f} s (exit {clean['exit']})")
