@@ -33,7 +33,7 @@ from tools.errors import MedicError, SourceError
 from tools.history import upload_times, wheel_member
 from tools.requirements import declared_ranges
 
-ORIGIN = "derived:library:absorbed_failure"
+ORIGIN = "derived:platform:absorbed_failure"
 LOGGER_CALLS = {"warning", "warn", "warning_once", "warn_once"}
 MAX_WARNINGS = 8  # the latest ones: each is a search of the library's source
 MAX_RELEASES = 16  # later releases read, one file of each, before saying none changed the function
