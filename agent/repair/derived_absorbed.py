@@ -18,25 +18,21 @@ When no later release changed the function, nothing is proposed and the stop say
 from __future__ import annotations
 
 import ast
-import builtins
 import re
 from dataclasses import dataclass
 
-from agent.repair.context import candidate, evidence_line, library_grep, module_of, read_source
-from agent.repair.derived_history import finals, version_of
+from agent.repair.context import candidate, evidence_line, library_grep, read_source
 from agent.repair.derived_named_option import literal_pieces
-from agent.repair.derived_next_release import Definition, definition, free_names, reindent
+from agent.repair.derived_next_release import Definition
 from agent.repair.derived_platform import METADATA_CALLS, distribution_of
-from agent.repair.edits import Source, callee_name, replace_span
+from agent.repair.edits import Source, callee_name
+from agent.repair.library_history import later_word
 from agent.repair.types import Candidate, Fault, NotProven, RepairContext
-from tools.errors import MedicError, SourceError
-from tools.history import upload_times, wheel_member
-from tools.requirements import declared_ranges
+from tools.errors import MedicError
 
 ORIGIN = "derived:platform:absorbed_failure"
 LOGGER_CALLS = {"warning", "warn", "warning_once", "warn_once"}
 MAX_WARNINGS = 8  # the latest ones: each is a search of the library's source
-MAX_RELEASES = 16  # later releases read, one file of each, before saying none changed the function
 WORDS = re.compile(r"[A-Za-z][A-Za-z'-]*")
 
 
@@ -56,7 +52,7 @@ def absorbed_failure(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         return []
     for said in reversed(fault.warnings[-MAX_WARNINGS:]):
         for found in warned_from(ctx, said):
-            later = later_word(ctx, found)
+            later = later_candidate(ctx, found)
             if later is not None:
                 return [later]
             where = f"{found.path.rsplit('/', 1)[-1]}:{found.asked_at}"
@@ -114,48 +110,19 @@ def pieces_said(call: ast.Call, said: str) -> bool:
     return bool(parts) and all(p in said for p in parts)
 
 
-def later_word(ctx: RepairContext, found: Absorbed) -> Candidate | None:
+def later_candidate(ctx: RepairContext, found: Absorbed) -> Candidate | None:
     """The first later release's definition of the function, in place of the installed one."""
-    module = module_of(ctx, found.path)
+    later = later_word(ctx, found.path, found.func, found.owner)
     src = read_source(ctx, found.path)
-    if not module or src is None:
+    if later is None or src is None:
         return None
-    package = module.split(".")[0]
-    dist = distribution_of(ctx, package) or package
-    rel = found.path[found.path.rfind(f"/{package}/") + 1:]
-    try:
-        installed = version_of(ctx.versions.get(package) or declared_ranges(ctx.host, ctx.python, dist).version)
-        times = upload_times(dist)
-    except SourceError:
-        return None
-    if installed is None:
-        return None
-    mine = installed
-    later = sorted((v for v in finals(times) if (version_of(v) or mine) > mine),
-                   key=lambda v: version_of(v) or mine)[:MAX_RELEASES]
-    for release in later:
-        try:
-            text = wheel_member(dist, release, rel.__eq__)
-        except SourceError:
-            continue
-        newer = Source(rel, text) if text else None
-        changed = newer and definition(newer.tree, found.owner, found.func.name)
-        if not newer or not changed or ast.dump(changed) == ast.dump(found.func):
-            continue
-        if free_names(changed) - src.module_names() - set(dir(builtins)):
-            return None  # it needs more of that release than this one function
-        func = found.func
-        start = min([func.lineno, *(d.lineno for d in func.decorator_list)])
-        first = min([changed.lineno, *(d.lineno for d in changed.decorator_list)])
-        body = reindent(newer, first, changed, src.indent_of(start))
-        text_after = replace_span(src.text, src.pos(start, 0), src.end(func), body)
-        why = (f"the library warned that {func.name}() could not answer (its metadata question for "
-               f"{found.name!r} fails here: the distribution is {found.dist!r}) and the run died after; "
-               f"{dist} {release}, the first later release to change {func.name}(), answers it otherwise: take "
-               "its definition (every name it uses is in the installed module)")
-        return candidate(ctx, {found.path: text_after}, origin=ORIGIN, rationale=why,
-                         evidence=[evidence_line(found.path, found.warned_at, src.line(found.warned_at)),
-                                   evidence_line(found.path, found.asked_at, src.line(found.asked_at)),
-                                   f"packages_distributions()[{found.name!r}] == [{found.dist!r}]",
-                                   f"{dist} {release} {rel}:{changed.lineno}: def {func.name} (changed)"])
-    return None
+    name = found.func.name
+    why = (f"the library warned that {name}() could not answer (its metadata question for {found.name!r} fails "
+           f"here: the distribution is {found.dist!r}) and the run died after; {later.dist} {later.release}, the "
+           f"first later release to change {name}(), answers it otherwise: take its definition (every name it "
+           "uses is in the installed module)")
+    return candidate(ctx, {found.path: later.text}, origin=ORIGIN, rationale=why,
+                     evidence=[evidence_line(found.path, found.warned_at, src.line(found.warned_at)),
+                               evidence_line(found.path, found.asked_at, src.line(found.asked_at)),
+                               f"packages_distributions()[{found.name!r}] == [{found.dist!r}]",
+                               later.evidence(name)])

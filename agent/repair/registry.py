@@ -34,6 +34,7 @@ from agent.repair import (
     derived_env,
     derived_history,
     derived_kernels,
+    derived_lagging_callee,
     derived_members,
     derived_named_option,
     derived_next_release,
@@ -91,6 +92,8 @@ LAST_RESORT: tuple[tuple[str, Repair], ...] = (
     ("next_release", derived_next_release.next_release_function),  # the package's later word on that function
     # the library warned of a failure it absorbed, the run died after: the library's later word on that function
     ("absorbed_failure", derived_absorbed.absorbed_failure),
+    # the library calls a function of its own that does not take what it passes: the library's later definition
+    ("lagging_callee", derived_lagging_callee.lagging_callee),
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 

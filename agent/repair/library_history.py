@@ -1,0 +1,72 @@
+"""The library's own later word on one of its functions: the first later release of the installed distribution
+whose definition of that function differs, read from that release's wheel (tools/history.py: one file, by range
+requests for a big wheel), and the installed file with that definition in place of the installed one — only when
+every name it uses is one the installed module already has (else it needs more of that release than one function).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import dataclass
+
+from agent.repair.context import module_of, read_source
+from agent.repair.derived_history import finals, version_of
+from agent.repair.derived_next_release import Definition, definition, free_names, reindent
+from agent.repair.derived_platform import distribution_of
+from agent.repair.edits import Source, replace_span
+from agent.repair.types import RepairContext
+from tools.errors import SourceError
+from tools.history import upload_times, wheel_member
+from tools.requirements import declared_ranges
+
+MAX_RELEASES = 16  # later releases read, one file of each, before saying none changed the function
+
+
+@dataclass(frozen=True)
+class LaterWord:
+    text: str  # the installed file with the later definition in place
+    dist: str
+    release: str
+    rel: str  # the file's path inside the package (``vllm/utils/cpu_triton_utils.py``)
+    line: int  # where the later release defines it
+
+    def evidence(self, name: str) -> str:
+        return f"{self.dist} {self.release} {self.rel}:{self.line}: def {name} (changed)"
+
+
+def later_word(ctx: RepairContext, path: str, func: Definition, owner: str | None) -> LaterWord | None:
+    module = module_of(ctx, path)
+    src = read_source(ctx, path)
+    if not module or src is None:
+        return None
+    package = module.split(".")[0]
+    dist = distribution_of(ctx, package) or package
+    rel = path[path.rfind(f"/{package}/") + 1:]
+    try:
+        installed = version_of(ctx.versions.get(package) or declared_ranges(ctx.host, ctx.python, dist).version)
+        times = upload_times(dist)
+    except SourceError:
+        return None
+    if installed is None:
+        return None
+    mine = installed
+    later = sorted((v for v in finals(times) if (version_of(v) or mine) > mine),
+                   key=lambda v: version_of(v) or mine)[:MAX_RELEASES]
+    for release in later:
+        try:
+            text = wheel_member(dist, release, rel.__eq__)
+        except SourceError:
+            continue
+        newer = Source(rel, text) if text else None
+        changed = newer and definition(newer.tree, owner, func.name)
+        if not newer or not changed or ast.dump(changed) == ast.dump(func):
+            continue
+        if free_names(changed) - src.module_names() - set(dir(builtins)):
+            return None
+        start = min([func.lineno, *(d.lineno for d in func.decorator_list)])
+        first = min([changed.lineno, *(d.lineno for d in changed.decorator_list)])
+        body = reindent(newer, first, changed, src.indent_of(start))
+        return LaterWord(replace_span(src.text, src.pos(start, 0), src.end(func), body), dist, release, rel,
+                         changed.lineno)
+    return None
