@@ -5,13 +5,14 @@
 #   bash bench/gpu/prepare.sh               # idempotent; downloads cached under $GPU_CACHE
 #   LOOP=server bash bench/gpu/prepare.sh   # the server loop: vLLM's hidden-state server + speculators 0.9.0 client
 #   MODEL=DIR … bash bench/gpu/prepare.sh   # another model folder than the lab's tiny Llama (bench/space_arch.py's)
+#   VLLM=0.23.0 … bash bench/gpu/prepare.sh # another vLLM CUDA release on the image's torch 2.11 (0.20.x–0.23.x pin it)
 #
 # It writes $CARRY_REPO/.gpu/ (ignored through that repo's .git/info/exclude, never committed):
 #   .gpu/p01 … .gpu/pNN   ≤ 50 MB each: one tar split in pieces (vLLM, its wheels, speculators, medic, the model)
 #   .gpu/run/             device_run.sh, summarize.py, the checksum and piece count
 # and prints the device calls to make, back to back (README.md beside this file).
 #
-# What goes: vLLM 0.20.2 (torch 2.11 / CUDA 13, as the image's torch) unpacked, without its FA2 extension (FA3
+# What goes: vLLM $VLLM (0.20.2 unless named; torch 2.11 / CUDA 13, as the image's torch) unpacked, without its FA2 extension (FA3
 # serves Hopper) as tar.xz; the wheels of its and speculators' needs that the image lacks (bench/gpu/device_has.txt)
 # or holds in versions speculators 0.3.0 cannot import with (FORCE); pristine speculators (0.3.0 in process;
 # 0.9.0 and hs-connectors 0.9.0 for the server loop, on the image's transformers); medic's wheel from this tree
@@ -24,7 +25,7 @@ CARRY_REPO=${CARRY_REPO:-/work/main}                       # the checkout the de
 CACHE=${GPU_CACHE:-$HOME/.cache/medic/gpu}
 LAB=${LAB:-$HOME/.cache/medic/lab}
 PIECE_BYTES=50000000
-VLLM=0.20.2
+VLLM=${VLLM:-0.20.2}
 LOOP=${LOOP:-inprocess}                                    # inprocess (speculators 0.3.0) | server (0.9.0 client)
 SERVER_LAB=${SERVER_LAB:-$HOME/.cache/medic/labs/server-vllm-0.32.0_spec-0.9.0}
 MODEL=${MODEL:-$LAB/model-tiny}                            # the job's model: a tiny random one of any architecture
@@ -69,13 +70,14 @@ if ! ls "$CACHE"/vllm/vllm-$VLLM-*.whl >/dev/null 2>&1; then
     mkdir -p "$CACHE/vllm"
     "$PIP" download -q --no-deps $PLATFORM -d "$CACHE/vllm" vllm==$VLLM
 fi
-if [ ! -f "$CACHE/vllm-tree.tar.xz" ]; then
+XZ=$CACHE/vllm-tree-$VLLM.tar.xz
+if [ ! -f "$XZ" ]; then
     rm -rf "$CACHE/vllm-tree" && mkdir -p "$CACHE/vllm-tree"
     (cd "$CACHE/vllm-tree" && unzip -q "$CACHE"/vllm/vllm-$VLLM-*.whl \
-        && rm vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so \
+        && rm -f vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so \
         && sed -i '\#vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so#d' vllm-$VLLM.dist-info/RECORD)
-    tar -cf - -C "$CACHE/vllm-tree" . | xz -T0 -6 > "$CACHE/vllm-tree.tar.xz.tmp"
-    mv "$CACHE/vllm-tree.tar.xz.tmp" "$CACHE/vllm-tree.tar.xz"
+    tar -cf - -C "$CACHE/vllm-tree" . | xz -T0 -6 > "$XZ.tmp"
+    mv "$XZ.tmp" "$XZ"
 fi
 # pristine speculators (and, for the server client, the hs-connectors release it pins): a lab's wheel, else PyPI's
 case $LOOP in inprocess) clients="speculators==0.3.0" ;; server) clients="speculators==0.9.0 hs-connectors==0.9.0" ;; esac
@@ -91,7 +93,7 @@ for want in $clients; do
 done
 
 # the target's wheels: the resolved closure, less what the image has (unless forced) and the skipped kernels
-TW=$CACHE/target-wheels-$LOOP
+TW=$CACHE/target-wheels-$LOOP-$VLLM
 if [ ! -f "$TW/.done" ]; then
     # shellcheck disable=SC2086
     "$PIP" install -q --dry-run --only-binary=:all: --report "$TW.json" \
@@ -125,7 +127,7 @@ rm -rf "$CACHE/medic-wheels" && mkdir -p "$CACHE/medic-wheels"
 # the bundle: one tar, split into pieces
 B=$CACHE/bundle
 rm -rf "$B" && mkdir -p "$B/job" "$B/run"
-ln "$CACHE/vllm-tree.tar.xz" "$B/vllm-tree.tar.xz" 2>/dev/null || cp "$CACHE/vllm-tree.tar.xz" "$B/"
+ln "$XZ" "$B/vllm-tree.tar.xz" 2>/dev/null || cp "$XZ" "$B/vllm-tree.tar.xz"
 cp -r "$TW" "$B/target-wheels" && rm -f "$B/target-wheels/.done"
 cp -r "$CACHE/medic-wheels" "$B/medic-wheels"
 cp -r "$MODEL" "$B/job/model"
