@@ -44,7 +44,8 @@ esac
 # engine core imports it (a class annotation), as the import tried here in the py312 venv showed
 SKIP="vllm flashinfer-cubin flashinfer-python tilelang nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base
 nvidia-cutlass-dsl-libs-cu12 nvidia-cutlass-dsl-libs-core quack-kernels cuda-tile deepspeed tensorboardx z3-solver
-torch-c-dlpack-ext"
+torch-c-dlpack-ext nvidia-cutlass-dsl-libs-cu13 tokenspeed-triton tokenspeed-mla nvidia-nvvm nvidia-cuda-nvcc
+nvidia-cuda-tileiras"  # 0.23's MLA (tokenspeed) and CuTe-DSL kernels with their compilers: not a dense model's path
 PLATFORM="--only-binary=:all:"
 
 die() { echo "prepare: $*" >&2; exit 1; }
