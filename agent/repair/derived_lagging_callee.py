@@ -11,18 +11,24 @@ compute is off). A last resort, checked like any other candidate: the run decide
 
 from __future__ import annotations
 
+import re
+
 from agent.repair.context import candidate, evidence_line, library_definitions, read_source
-from agent.repair.derived_calls import MISSING, UNEXPECTED, callee_short
+from agent.repair.derived_calls import callee_short
 from agent.repair.derived_kernels import top_level_def
 from agent.repair.derived_platform import host_frames
 from agent.repair.library_history import later_word
 from agent.repair.types import Candidate, Fault, RepairContext
 
 ORIGIN = "derived:platform:lagging_callee"
+# CPython's words when a call's arguments do not bind to the callee's parameters (Python/ceval.c, getargs)
+BINDING = re.compile(r"(?P<callee>[\w.]+)\(\) (?:got an unexpected keyword argument '\w+'|missing \d+ required "
+                     r"(?:positional|keyword-only) arguments?|got multiple values for argument '\w+'"
+                     r"|takes (?:from \d+ to )?\d+ positional arguments? but \d+ (?:was|were) given)")
 
 
 def lagging_callee(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    match = (UNEXPECTED.search(fault.message) or MISSING.search(fault.message)) if fault.finding is None else None
+    match = BINDING.search(fault.message) if fault.finding is None else None
     frames = host_frames(ctx, fault)
     if not match or not frames or not in_library(ctx, frames[0].file):
         return []
