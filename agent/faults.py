@@ -87,7 +87,7 @@ def logged_warnings(lines: list[logs.LogLine], before: int) -> tuple[str, ...]:
             break
         match = WARNING_LINE.search(line.text.strip()) if line.level is None else None
         if line.level == "WARNING" or match:
-            said[(match["std"] or match["loguru"] if match else line.text).strip()] = None
+            said[((match["std"] or match["loguru"]) if match else line.text).strip()] = None
     return tuple(said)[-MAX_WARNINGS:]
 
 

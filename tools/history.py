@@ -78,19 +78,18 @@ def wheel_member(name: str, version: str, wanted: Callable[[str], bool]) -> str 
     its directory and the one member."""
     url, size = wheel_file(api(), name, version)
     if size > MAX_WHEEL:
-        return remote_member(url, name, version, wanted)
+        try:
+            with remote_zip(url) as whl:
+                return member_text(whl, wanted)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+            raise SourceError(f"the wheel of {name} {version} could not be read ({url}): {err}") from err
     with zipfile.ZipFile(io.BytesIO(wheel_bytes(name, version))) as whl:
-        member = next((n for n in whl.namelist() if wanted(n)), None)
-        return whl.read(member).decode("utf-8", errors="replace") if member else None
+        return member_text(whl, wanted)
 
 
-def remote_member(url: str, name: str, version: str, wanted: Callable[[str], bool]) -> str | None:
-    try:
-        with remote_zip(url) as whl:
-            member = next((n for n in whl.namelist() if wanted(n)), None)
-            return whl.read(member).decode("utf-8", errors="replace") if member else None
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-        raise SourceError(f"the wheel of {name} {version} could not be read ({url}): {err}") from err
+def member_text(whl: zipfile.ZipFile, wanted: Callable[[str], bool]) -> str | None:
+    member = next((n for n in whl.namelist() if wanted(n)), None)
+    return whl.read(member).decode("utf-8", errors="replace") if member else None
 
 
 @cache

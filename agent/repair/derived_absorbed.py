@@ -93,11 +93,13 @@ def handlers_warning(ctx: RepairContext, src: Source, said: str) -> list[Absorbe
                      and callee_name(c) in METADATA_CALLS and c.args and isinstance(c.args[0], ast.Constant)
                      and isinstance(c.args[0].value, str)]
             func = src.enclosing_function(node.lineno)
-            for call in asked if warned and func is not None else []:
+            if not warned or func is None:
+                continue
+            owner = src.enclosing_class(func.lineno)
+            for call in asked:
                 name = str(call.args[0].value)  # type: ignore[attr-defined]
                 dist = distribution_of(ctx, name)
-                if dist is not None and func is not None:
-                    owner = src.enclosing_class(func.lineno)
+                if dist is not None:
                     out.append(Absorbed(src.path, func, owner.name if owner else None, warned[0].lineno,
                                         call.lineno, name, dist))
     return out

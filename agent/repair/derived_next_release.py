@@ -45,12 +45,9 @@ def next_release_function(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         changed = newer and definition(newer.tree, owner.name if owner else None, func.name)
         if not newer or not changed or ast.dump(changed) == ast.dump(func):
             continue  # the next release has no such function, or left it as it is
-        if free_names(changed) - src.module_names() - set(dir(builtins)):
+        text_after = in_place_of(src, func, newer, changed)
+        if text_after is None:
             continue  # it uses names the installed module lacks: more than one function changed
-        start = min([func.lineno, *(d.lineno for d in func.decorator_list)])
-        first = min([changed.lineno, *(d.lineno for d in changed.decorator_list)])
-        body = reindent(newer, first, changed, src.indent_of(start))
-        text_after = replace_span(src.text, src.pos(start, 0), src.end(func), body)
         where = f"{owner.name}.{func.name}" if owner else func.name
         why = (f"the failure runs through {where} in {package} {declared.version}; {package} {following}, its next "
                f"release, changed that function: take its definition (every name it uses is in the installed "
@@ -90,6 +87,17 @@ def free_names(func: Definition) -> set[str]:
         elif isinstance(node, ast.ExceptHandler | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             bound |= {node.name} if node.name and node is not func else set()
     return loads - params - bound - local_names(func)
+
+
+def in_place_of(src: Source, func: Definition, newer: Source, changed: Definition) -> str | None:
+    """The installed file's text with ``newer``'s definition ``changed`` in place of ``func``; None when it uses
+    names the installed module lacks (it needs more of that release than this one function)."""
+    if free_names(changed) - src.module_names() - set(dir(builtins)):
+        return None
+    start = min([func.lineno, *(d.lineno for d in func.decorator_list)])
+    first = min([changed.lineno, *(d.lineno for d in changed.decorator_list)])
+    body = reindent(newer, first, changed, src.indent_of(start))
+    return replace_span(src.text, src.pos(start, 0), src.end(func), body)
 
 
 def reindent(src: Source, first: int, func: Definition, indent: str) -> str:

@@ -7,14 +7,13 @@ every name it uses is one the installed module already has (else it needs more o
 from __future__ import annotations
 
 import ast
-import builtins
 from dataclasses import dataclass
 
 from agent.repair.context import module_of, read_source
 from agent.repair.derived_history import finals, version_of
-from agent.repair.derived_next_release import Definition, definition, free_names, reindent
+from agent.repair.derived_next_release import Definition, definition, in_place_of
 from agent.repair.derived_platform import distribution_of
-from agent.repair.edits import Source, replace_span
+from agent.repair.edits import Source
 from agent.repair.types import RepairContext
 from tools.errors import SourceError
 from tools.history import upload_times, wheel_member
@@ -62,11 +61,6 @@ def later_word(ctx: RepairContext, path: str, func: Definition, owner: str | Non
         changed = newer and definition(newer.tree, owner, func.name)
         if not newer or not changed or ast.dump(changed) == ast.dump(func):
             continue
-        if free_names(changed) - src.module_names() - set(dir(builtins)):
-            return None
-        start = min([func.lineno, *(d.lineno for d in func.decorator_list)])
-        first = min([changed.lineno, *(d.lineno for d in changed.decorator_list)])
-        body = reindent(newer, first, changed, src.indent_of(start))
-        return LaterWord(replace_span(src.text, src.pos(start, 0), src.end(func), body), dist, release, rel,
-                         changed.lineno)
+        text_after = in_place_of(src, func, newer, changed)
+        return LaterWord(text_after, dist, release, rel, changed.lineno) if text_after is not None else None
     return None
