@@ -121,7 +121,7 @@ def test_sigkill_then_resume_finishes_with_each_side_effect_once(
     assert done.returncode == 0, done.stderr
     assert fake.events("exit")[-1]["outcome"] == "verified"
     assert good(state), state
-    replayed = replay(fake.trace_path)  # was a divergence at a resumed watch's first check (wait-1, wait-2)
+    replayed = replay(fake.trace_path)  # was a divergence at a resumed watch's first check (wait-1, wait-2, run_end-2)
     assert replayed.exact, replayed
 
 

@@ -25,7 +25,8 @@ recorded as ``canary_passed`` (traces written before that event existed replay t
 divergence at that point).
 
 A resumed session holds what medic did again: a watch resumed re-queues its checks from the checkpoint (its
-``checks_queued`` event starts replay's queue over), a node stopped before its checkpoint records again (the
+``checks_queued`` event starts replay's queue over, and a run_end recorded before the watch's checkpoint is
+overtaken by the resumed watch's own), a node stopped before its checkpoint records again (the
 second record counts: ``redone``), and a verify run again keeps its last run's checks. A trace that stops before
 its exit event (cut mid-line, medic killed, a session still waiting for a person) is compared up to there, and
 ``ReplayResult.stopped`` says where it stops: `medic replay` exits 1 then, as at a divergence.
@@ -54,7 +55,8 @@ from agent.patch_records import AnswerData, CandidateData, FaultData
 from agent.payloads import ExitData, MessageData, PreflightData, ValidateData, data_of
 from agent.readers.replay_checks import CheckSteps
 from agent.readers.replay_core import ReplayResult
-from agent.readers.replay_events import diff_files, frame_of, medic_failed, redone, refused_revert, where_it_stops
+from agent.readers.replay_events import (diff_files, frame_of, medic_failed, redone, refused_revert, watched_again,
+                                        where_it_stops)
 from agent.readers.replay_shards import replay_shard
 from agent.readers.tracefile import Event, read_trace
 from agent.record.report import render_report
@@ -89,6 +91,8 @@ class _Replay(CheckSteps):
         elif ev.kind == "check":
             self.check(ev)
         elif ev.kind == "run_end":
+            if watched_again(ev, rest):  # the resumed watch starts its queue over from the checkpoint
+                return
             end = data_of(d, RunEndData)
             run = cast(LaunchRecord, {**(s.get("run") or launch_record({})), "exit_code": end.get("exit_code"),
                                       "failed_patch": end.get("failed_patch")})

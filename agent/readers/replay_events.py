@@ -108,6 +108,21 @@ def redone(ev: Event, rest: list[Event]) -> bool:
     return False
 
 
+def watched_again(ev: Event, rest: list[Event]) -> bool:
+    """``ev`` (a run_end) was written by a watch that medic was stopped in before LangGraph's checkpoint of it: the
+    resumed graph watched the same launch again (its ``checks_queued`` comes before any other node's record), and
+    that watch's run_end is the one that counts."""
+    resumed = False
+    for e in rest:
+        if stops(e):
+            resumed = True
+        elif e.kind == "checks_queued":
+            return resumed and e.data.get("launch") == ev.data.get("launch")
+        elif e.kind in NODE_OF or e.kind == "run_end":
+            return False
+    return False
+
+
 def key_of(ev: Event) -> str:
     """What names the thing an event records: its patch, its launch, its fault."""
     d = ev.data
