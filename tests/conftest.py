@@ -63,6 +63,9 @@ LONG = {
         "reading through a wrapper and running it activated: test_wrapper; the server session: test_hs_validation",
     "tests/test_slurm_session.py::test_a_lab_session_under_slurm_repairs_the_run_fault_and_resubmits":
         "sessions under the real Slurm: test_slurm_session's fake-target ones; the lab session: test_as_typed",
+    "tests/test_slurm_session.py::test_a_node_failure_is_resubmitted_without_a_patch":
+        "a job the scheduler ended, resubmitted with no patch: test_slurm_session's preemption; NODE_FAIL's reading: "
+        "test_slurm_outcomes",
     "tests/test_signature_corpus.py::":
         "an oracle over every call of the lab's library: the signature rules' tests, test_scan, test_wrapped_keyword",
 }

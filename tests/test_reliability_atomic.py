@@ -69,7 +69,7 @@ def hammer(path: Path, n: int, extra: list[str], seed: int) -> tuple[int, int, i
 
 
 def test_local_writes_killed_at_random_moments_leave_old_or_new(tmp_path: Path) -> None:
-    n = kills(60)
+    n = kills(30)
     whole, mid, left = hammer(tmp_path / "module.py", n, ["local"], seed=1)
     record_figure("kill mid-write (LocalHost)", survived=whole, total=n, partial_writes=n - whole,
                   mid_write=mid, temp_left=left)
@@ -78,7 +78,7 @@ def test_local_writes_killed_at_random_moments_leave_old_or_new(tmp_path: Path) 
 
 
 def test_ssh_writes_killed_at_random_moments_leave_old_or_new(tmp_path: Path, sshd: SSHServer) -> None:
-    n = kills(40)
+    n = kills(24)
     extra = ["ssh", sshd.target, sshd.config_path, sshd.known_hosts_path, sshd.key_path]
     whole, mid, left = hammer(tmp_path / "module.py", n, extra, seed=2)
     record_figure("kill mid-write (SSHHost)", survived=whole, total=n, partial_writes=n - whole,
