@@ -66,15 +66,36 @@ LONG = {
     "tests/test_slurm_session.py::test_a_node_failure_is_resubmitted_without_a_patch":
         "a job the scheduler ended, resubmitted with no patch: test_slurm_session's preemption; NODE_FAIL's reading: "
         "test_slurm_outcomes",
+    **{f"tests/test_reliability_kill.py::test_sigkill_then_resume_finishes_with_each_side_effect_once[{point}]":
+       "a kill between a node's writes and its checkpoint, at every node: test_reliability_checkpoint; at random "
+       "moments: test_killed_again_and_again_at_random_moments; the watch's and launch's points stay here"
+       for point in ("diagnose", "candidate", "applied", "verify", "validate", "report")},
+    "tests/test_reliability_ssh.py::test_link_down_while_a_watch_poll_is_in_flight":
+        "a link that drops while watch polls: test_link_down_mid_run_then_back (its outage spans the watch's polls)",
+    "tests/test_one_path.py::test_a_policy_deny_binds_the_scans_findings_too":
+        "a policy's deny: test_approve's policy tests; the scan's findings through the approve node: "
+        "test_readme_commands' approve-mode session",
     "tests/test_signature_corpus.py::":
         "an oracle over every call of the lab's library: the signature rules' tests, test_scan, test_wrapped_keyword",
 }
+
+
+# The modules (or SHARED groups) that take minutes, longest first: two workers end together when the long units
+# start first and the short ones fill in after (the order of the rest, and inside each unit, is kept).
+HEAVY = ("test_hs_validation", "slurm", "test_reliability_kill", "test_readme_commands", "test_server_job",
+         "test_llm_real", "test_lab", "test_as_typed", "test_moe_output_check", "test_reliability_checkpoint")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.nodeid.startswith(long) for long in LONG):
             item.add_marker(pytest.mark.long)
+
+    def weight(item: pytest.Item) -> int:
+        module = Path(item.nodeid.split("::", 1)[0]).stem
+        unit = GROUP_OF.get(module, module)
+        return HEAVY.index(unit) if unit in HEAVY else len(HEAVY)
+    items.sort(key=weight)
 
 
 @pytest.hookimpl(optionalhook=True)

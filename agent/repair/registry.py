@@ -43,6 +43,7 @@ from agent.repair import (
     derived_packages,
     derived_platform,
     derived_stand_ins,
+    derived_swap_holders,
 )
 from agent.repair.edits import Source
 from agent.repair.scan_env import environment_drift
@@ -94,6 +95,8 @@ LAST_RESORT: tuple[tuple[str, Repair], ...] = (
     ("absorbed_failure", derived_absorbed.absorbed_failure),
     # the library calls a function of its own that does not take what it passes: the library's later definition
     ("lagging_callee", derived_lagging_callee.lagging_callee),
+    # the library swaps a module's name for this host's stand-in after the module handed the original to an object
+    ("swap_misses_holder", derived_swap_holders.swap_misses_holder),
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 
