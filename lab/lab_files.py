@@ -3,6 +3,7 @@ lab/target/, an atomic write, a content digest (a build step's key), and the ven
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -10,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Callable
 from importlib import resources
@@ -90,10 +92,18 @@ def digest(text: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Whole or absent; a temp name of its own, so two processes reusing one lab at once never share it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # as a plain write would leave it (mkstemp's is 0600)
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def torch_base(pin: str, run: Callable[[list[str], str], None]) -> LabPaths:

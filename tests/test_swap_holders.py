@@ -92,6 +92,7 @@ def test_the_swap_is_extended_to_the_holder_it_misses_and_the_sampler_computes_t
     apply_patch(ctx.host, found[0].patch, roots=ctx.roots, ledger_dir=str(tmp_path / "ledger"))
     assert ("vllm.v1.sample.rejection_sampler._rejection_greedy_sample.kernel = "
             "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel") in path.read_text()
+    assert swap_misses_holder(ctx, fault) == []  # extended once: the same fault again gets no second line
     after = call(lab)
     assert after.returncode == 0, after.stderr[-2000:]
     assert "tokens [[5, 9, -1]]" in after.stdout  # 5 accepted, 7 rejected for the target's 9, no bonus

@@ -30,7 +30,7 @@ BINDING = re.compile(r"(?P<callee>[\w.]+)\(\) (?:got an unexpected keyword argum
 def lagging_callee(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     match = BINDING.search(fault.message) if fault.finding is None else None
     frames = host_frames(ctx, fault)
-    if not match or not frames or not in_library(ctx, frames[0].file):
+    if not match or not frames or ctx.library_package(frames[0].file) is None:
         return []
     name = callee_short(match["callee"])
     for place in library_definitions(ctx, name)[:5]:
@@ -48,6 +48,3 @@ def lagging_callee(ctx: RepairContext, fault: Fault) -> list[Candidate]:
                                     later.evidence(name)])]
     return []
 
-
-def in_library(ctx: RepairContext, path: str) -> bool:
-    return not ctx.is_fixable(path) and any(f"/site-packages/{pkg}/" in path for pkg in ctx.library_packages)

@@ -133,7 +133,7 @@ print(json.dumps(found))
 
 def swap_misses_holder(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     frames = host_frames(ctx, fault)
-    package = library_of(ctx, frames[0].file) if frames and fault.finding is None else None
+    package = ctx.library_package(frames[0].file) if frames and fault.finding is None else None
     src = read_source(ctx, frames[0].file) if package else None
     if not frames or package is None or src is None:
         return []
@@ -148,7 +148,11 @@ def swap_misses_holder(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         answer = ask_python(ctx, f"root, package, func, attrs = {root!r}, {package!r}, {func.name!r}, {attrs!r}\n"
                                  f"{PROBE}", timeout=300.0)
         ctx.memo[key] = answer if isinstance(answer, list) else []
-    missed: list[dict[str, object]] = list(ctx.memo[key])
+    missed: list[dict[str, object]] = []
+    for m in ctx.memo[key]:  # the import-time holders: a swap this session already extended is not missed again
+        swap_src = read_source(ctx, str(m["file"]))
+        if swap_src is not None and f"{m['base']}.{m['holder']}.{m['attr']} = " not in swap_src.text:
+            missed.append(m)
     if not missed:
         return []
     swap_file = str(missed[0]["file"])
@@ -169,10 +173,4 @@ def swap_misses_holder(ctx: RepairContext, fault: Fault) -> list[Candidate]:
                       evidence=[evidence_line(frames[0].file, frames[0].line, frames[0].code),
                                 *(f"{m['file']}:{m['line']}: {m['base']}.{m['name']} = … (misses "
                                   f"{m['module']}.{m['holder']}.{m['attr']}, a {m['cls']})" for m in here)])]
-
-
-def library_of(ctx: RepairContext, path: str) -> str | None:
-    if ctx.is_fixable(path):
-        return None
-    return next((pkg for pkg in ctx.library_packages if f"/site-packages/{pkg}/" in path), None)
 

@@ -156,6 +156,12 @@ class RepairContext:
         in_workdir = bool(self.workdir) and path.startswith(self.workdir.rstrip("/") + "/")
         return (*self.library_packages, *self.fixable_packages) if in_workdir else self.library_packages
 
+    def library_package(self, path: str) -> str | None:
+        """The library package whose installed code ``path`` is; None for the fixable code and anything else."""
+        if self.is_fixable(path):
+            return None
+        return next((pkg for pkg in self.library_packages if f"/site-packages/{pkg}/" in path), None)
+
     def is_fixable(self, path: str) -> bool:
         """Code medic adapts to the library: the user's workdir and the fixable packages."""
         if self.workdir and path.startswith(self.workdir.rstrip("/") + "/"):
