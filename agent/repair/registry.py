@@ -42,6 +42,7 @@ from agent.repair import (
     derived_overrides,
     derived_packages,
     derived_platform,
+    derived_stand_in_names,
     derived_stand_ins,
     derived_swap_holders,
 )
@@ -77,6 +78,7 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("capability", derived_platform.capability_predicate),
     ("skipped_base_step", derived_overrides.skipped_base_step),
     ("lagging_stand_in", derived_kernels.lagging_stand_in),
+    ("stand_in_named_apart", derived_stand_in_names.stand_in_named_apart),
     ("stand_in_member", derived_stand_ins.stand_in_member),
     ("noop_member", derived_stand_ins.noop_member),
     ("noop_answer", derived_stand_ins.answered_member),
