@@ -6,8 +6,9 @@ same library, reading the finding, not a sentence. ``REPAIRS`` is every derived 
 the ones no detector feeds (a moved import; a driver's missing ``__main__`` guard; the library against its host,
 its stand-ins included) answer faults that only a run shows. ``ENVIRONMENT_FIRST`` is asked before them and
 answers alone; ``LAST_RESORT`` only when nothing else found a candidate (the packages' own release history:
-slow, it downloads and imports; and a failure the library absorbed and warned of before the fatal one), and its
-proof that nothing can be done is the stop's message.
+slow, it downloads and imports; a failure the library absorbed and warned of before the fatal one; a swap of
+the library's that misses what a module captured at import, which imports the modules it names), and its proof
+that nothing can be done is the stop's message.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
     interface_drift                          interface_limit (the model's class)   none: a proven stop, first
