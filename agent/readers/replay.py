@@ -55,8 +55,15 @@ from agent.patch_records import AnswerData, CandidateData, FaultData
 from agent.payloads import ExitData, MessageData, PreflightData, ValidateData, data_of
 from agent.readers.replay_checks import CheckSteps
 from agent.readers.replay_core import ReplayResult
-from agent.readers.replay_events import (diff_files, frame_of, medic_failed, redone, refused_revert, watched_again,
-                                        where_it_stops)
+from agent.readers.replay_events import (
+    diff_files,
+    frame_of,
+    medic_failed,
+    redone,
+    refused_revert,
+    watched_again,
+    where_it_stops,
+)
 from agent.readers.replay_shards import replay_shard
 from agent.readers.tracefile import Event, read_trace
 from agent.record.report import render_report
