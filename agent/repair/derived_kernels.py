@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import copy
 import re
+from collections.abc import Iterator
 
 from agent.repair.context import candidate, evidence_line, library_definitions, read_source
 from agent.repair.derived_calls import UNEXPECTED, callee_short
@@ -168,18 +169,22 @@ def precision_carried(func: ast.FunctionDef | ast.AsyncFunctionDef, passed: ast.
     return None
 
 
-def binding_of(src: Source, kernel_name: str, impl_name: str) -> ast.Assign | None:
-    """``kernel_name = impl_name`` or ``kernel_name = Wrapper(impl_name)`` at the top of the stand-in's module."""
+def bindings(src: Source, impl_name: str) -> Iterator[tuple[str, ast.Assign]]:
+    """Each name the stand-in's module binds to it at top level, with the binding: ``name = impl_name`` or
+    ``name = Wrapper(impl_name)``."""
     for node in src.tree.body:
-        if not (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == kernel_name
-                                                     for t in node.targets)):
+        if not isinstance(node, ast.Assign):
             continue
         value = node.value
         if isinstance(value, ast.Call) and len(value.args) == 1:
             value = value.args[0]
         if isinstance(value, ast.Name) and value.id == impl_name:
-            return node
-    return None
+            yield from ((t.id, node) for t in node.targets if isinstance(t, ast.Name))
+
+
+def binding_of(src: Source, kernel_name: str, impl_name: str) -> ast.Assign | None:
+    """``kernel_name = impl_name`` or ``kernel_name = Wrapper(impl_name)`` at the top of the stand-in's module."""
+    return next((node for name, node in bindings(src, impl_name) if name == kernel_name), None)
 
 
 def substitution(ctx: RepairContext, kernel_name: str) -> src_tools.GrepHit | None:

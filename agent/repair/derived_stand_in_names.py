@@ -25,9 +25,9 @@ import re
 
 from agent.repair.context import candidate, evidence_line, library_call_sites, library_definitions, read_source
 from agent.repair.derived_calls import callee_short
-from agent.repair.derived_kernels import substitution, top_level_def
+from agent.repair.derived_kernels import bindings, substitution, top_level_def
 from agent.repair.derived_platform import host_frames
-from agent.repair.edits import Source
+from agent.repair.edits import Source, replace_span
 from agent.repair.types import Candidate, Fault, RepairContext
 
 ORIGIN = "derived:platform:stand_in_named_apart"
@@ -45,7 +45,7 @@ def stand_in_named_apart(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         impl = top_level_def(src.tree, impl_name) if src else None
         if src is None or impl is None:
             continue
-        for name in bound_to(src, impl_name):
+        for name, _ in bindings(src, impl_name):
             kernel = swapped_kernel(ctx, name)
             renames = renamed(impl, kernel[1], missing) if kernel else None
             if kernel is None or not renames or keyword_callers(ctx, impl_name, renames):
@@ -62,20 +62,6 @@ def stand_in_named_apart(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             return [candidate(ctx, {place.path: rename_params(src, impl, renames)}, origin=ORIGIN, rationale=why,
                               evidence=evidence)]
     return []
-
-
-def bound_to(src: Source, impl_name: str) -> list[str]:
-    """The names the stand-in's module binds to it: ``name = impl`` or ``name = Wrapper(impl)``."""
-    out: list[str] = []
-    for node in src.tree.body:
-        if not isinstance(node, ast.Assign):
-            continue
-        value = node.value
-        if isinstance(value, ast.Call) and len(value.args) == 1:
-            value = value.args[0]
-        if isinstance(value, ast.Name) and value.id == impl_name:
-            out.extend(t.id for t in node.targets if isinstance(t, ast.Name))
-    return out
 
 
 def swapped_kernel(ctx: RepairContext, name: str) -> tuple[str, ast.FunctionDef] | None:
@@ -95,6 +81,7 @@ def swapped_kernel(ctx: RepairContext, name: str) -> tuple[str, ast.FunctionDef]
 
 
 def params(func: ast.FunctionDef) -> list[str]:
+    """The positional parameters, in order (what a stand-in and its kernel must agree on)."""
     return [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
 
 
@@ -125,5 +112,5 @@ def rename_params(src: Source, impl: ast.FunctionDef, renames: dict[str, str]) -
               if isinstance(n, ast.Name) and n.id in renames]
     text = src.text
     for start, end, new in sorted(spots, reverse=True):
-        text = text[:start] + new + text[end:]
+        text = replace_span(text, start, end, new)
     return text

@@ -148,18 +148,17 @@ def swap_misses_holder(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         answer = ask_python(ctx, f"root, package, func, attrs = {root!r}, {package!r}, {func.name!r}, {attrs!r}\n"
                                  f"{PROBE}", timeout=300.0)
         ctx.memo[key] = answer if isinstance(answer, list) else []
-    missed: list[dict[str, object]] = []
-    for m in ctx.memo[key]:  # the import-time holders: a swap this session already extended is not missed again
-        swap_src = read_source(ctx, str(m["file"]))
-        if swap_src is not None and f"{m['base']}.{m['holder']}.{m['attr']} = " not in swap_src.text:
-            missed.append(m)
+    sources = {str(m["file"]): read_source(ctx, str(m["file"])) for m in ctx.memo[key]}
+    # the import-time holders: a swap this session already extended is not missed again
+    missed: list[dict[str, object]] = [
+        m for m in ctx.memo[key] if (s := sources[str(m["file"])]) is not None
+        and f"{m['base']}.{m['holder']}.{m['attr']} = " not in s.text]
     if not missed:
         return []
     swap_file = str(missed[0]["file"])
     here = [m for m in missed if m["file"] == swap_file]
-    swap_src = read_source(ctx, swap_file)
-    if swap_src is None:
-        return []
+    swap_src = sources[swap_file]
+    assert swap_src is not None  # missed holds only files that were read
     lines = swap_src.text.splitlines(keepends=True)
     for m in sorted(here, key=lambda m: (int(str(m["end"])), str(m["holder"])), reverse=True):
         indent = " " * int(str(m["col"]))
