@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
 from collections.abc import Callable, Mapping
 
@@ -154,6 +156,45 @@ def run_before_checks(ctx: RepairContext, cand: Candidate, env: Mapping[str, str
         if not ok:
             break
     return results
+
+
+# import each module named, in order, in one process, up to the first that fails; say which imported. Before
+# each, every module of the named modules' own packages is forgotten: each is imported afresh (an import cycle
+# among them shows as it would in a process of its own); only what they import from elsewhere stays loaded
+IMPORT_EACH = """
+import importlib, json, sys
+names = sys.argv[1:]
+own = {name.split(".")[0] for name in names}
+done = []
+for name in names:
+    for loaded in [m for m in sys.modules if m.split(".")[0] in own]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except BaseException:
+        break
+    done.append(name)
+print(json.dumps(done))
+"""
+
+
+def run_leading(ctx: RepairContext, pending: list[Check], env: Mapping[str, str]) -> list[CheckResult]:
+    """The first pending check's result; when it and the checks after it import modules, theirs too, from one
+    process: each module that imports there, afresh (IMPORT_EACH), is proven — the library, imported once, is
+    most of each import's cost — and the first that does not is left to its own check (run_check: its error,
+    its pristine import)."""
+    imports = list(itertools.takewhile(lambda check: check.kind == "import", pending))
+    if len(imports) > 1:
+        result = ctx.host.run([ctx.python, "-c", IMPORT_EACH, *(c.target for c in imports)], timeout=600,
+                              env=dict(env))
+        try:
+            done = json.loads((result.stdout.strip().splitlines() or ["[]"])[-1])
+        except ValueError:
+            done = []
+        proven = list(itertools.takewhile(lambda c: c.target in done, imports))
+        if proven:
+            return [(True, f"{c.target} imports in the target env") for c in proven]
+    return [run_check(ctx, pending[0], env)]
 
 
 def run_check(ctx: RepairContext, check: Check, env: Mapping[str, str] | None = None) -> CheckResult:

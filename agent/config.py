@@ -78,6 +78,9 @@ class SessionConfig(BaseModel):
     confirm_launch: bool = False
     scan: bool = True  # static drift scan before the first launch
     canary: bool = True  # run the canary first when target.canary_command is set
+    # start the target's launch while the canary runs, where the two share no accelerator and write apart
+    # (agent/launchers/beside.py); it is kept only if nothing changed meanwhile
+    overlap: bool = True
     traces_dir: str = "traces"
     llm: dict[str, str] | None = None  # LLM settings (agent/llm/chat.py); secrets come from the environment
     policy_file: str | None = None

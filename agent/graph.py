@@ -11,6 +11,7 @@
     validate ─(wrong output)─► repair;  validate ─(the canary or a shard passed)─► launch
     validate ─(wrong output with a model's patch newest)─► revert
     watch ─(Slurm: node failure, preemption)─► resubmit ─► launch;  resubmit ─(resubmits spent)─► report
+    watch ─(the target started beside the canary ended first)─► launch
     repair ─(nothing left for a scan fault)─► scan;  repair ─(nothing left)─► report
 
 How a launch runs — one detached process, shard runs, a Slurm job or array, a server and then its client — is
@@ -45,7 +46,7 @@ from agent.nodes.report import report
 from agent.nodes.resubmit import resubmit
 from agent.nodes.scan import scan
 from agent.nodes.validate import validate
-from agent.nodes.watch import watch
+from agent.nodes.watch import OVERTAKEN, watch
 from agent.scheduler import transient
 from agent.state import SessionState
 
@@ -60,13 +61,15 @@ def after_scan(state: SessionState) -> Literal["repair", "launch"]:
     return "launch" if state.get("scan_done") else "repair"
 
 
-def after_watch(state: SessionState) -> Literal["validate", "revert", "diagnose", "resubmit"]:
+def after_watch(state: SessionState) -> Literal["validate", "revert", "diagnose", "resubmit", "launch"]:
     run = state.get("run")
     outcome = str(run.get("outcome") or "") if run else ""
     if run is not None and transient(run):
         return "resubmit"  # the scheduler's fault, not the job's: the same job again, no patch
     if outcome.startswith("stopped:check failed"):
         return "revert"
+    if outcome == OVERTAKEN:
+        return "launch"  # the target started beside the canary ended first: its end is what counts
     if outcome == "exited":
         return "validate"
     return "diagnose"

@@ -33,6 +33,7 @@ class LaunchBase(TypedDict, total=False):
     checks_during_load: list[CheckResult]
     failed_patch: str | None  # the patch whose during-load check failed and stopped this launch
     client_of: ClientOf  # a two-process job's client run
+    target_beside: str  # a canary's: the run folder of the target started beside it (agent/launchers/beside.py)
 
 
 class DetachedLaunch(LaunchBase, total=False):

@@ -12,6 +12,8 @@ class LaunchData(TypedDict, total=False):
     run_dir: str
     command: list[str]
     reattached: bool
+    beside: bool  # a target adopted: started beside the canary, nothing changed since
+    target_beside: str  # a canary's: the run folder of the target started beside it
     interpreter: dict[str, Any]  # which bare python name ran as the target's python
     script: dict[str, Any]  # which program of the target env ran for the command head (given, ran)
     job_id: str

@@ -20,7 +20,7 @@ class PreflightInfo(TypedDict, total=False):
     warnings: list[str]
     python_version: str
     host: str
-    canary: dict[str, Any] | None  # the derived canary's run and validate commands
+    canary: dict[str, Any] | None  # the derived canary: run and validate commands, env, outputs moved apart
     wrapped: dict[str, Any] | None  # the server and client a wrapper job runs, as medic read them (tools/wrapper.py)
 
 

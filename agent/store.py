@@ -20,10 +20,11 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote
 
-from langgraph.checkpoint.sqlite import SqliteSaver
+if TYPE_CHECKING:  # imported where a checkpoint is opened: the commands that open none never pay for it
+    from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import medic_home
 
@@ -51,6 +52,8 @@ def writer() -> Iterator[SqliteSaver]:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT, check_same_thread=False)
     try:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
         saver = SqliteSaver(conn)
         with open(path.with_name(path.name + ".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one writer's setup at a time; released when the file closes
@@ -78,6 +81,8 @@ def reader() -> Iterator[SqliteSaver | None]:
     conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=READ_TIMEOUT,
                            check_same_thread=False)
     try:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
         saver = SqliteSaver(conn)
         saver.is_setup = True  # the tables are a writer's business; a read-only connection could not make them
         yield saver

@@ -36,6 +36,7 @@ from agent.job import (
     where_looked,
 )
 from agent.launch_records import DetachedLaunch, LaunchRecord
+from agent.launchers.beside import stop_beside
 from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef, OutputFacts
 from agent.shards import total
@@ -91,6 +92,8 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                                               "evidence": [missing.line]})
             return {"validation": report, **record_fault(state, fault, launch=launch)}
     verified = result.exit_code == 0 and report.get("verified", True) is True
+    if canary and not verified:
+        stop_beside(deps.host, run)  # the target started beside the canary runs code about to change
     evidence = evidence_lines(report, result.stdout, result.stderr) or [f"the validator exited {result.exit_code}"]
     said = failing_lines(report, result.stdout, result.stderr) or evidence  # its verdict, not its warnings
     summary = ((f"verified by {described}: {report['sequences']} sequences, per-layer max abs error "

@@ -3,7 +3,8 @@
     python bench/cascade.py [--lab DIR] [--size large] [--only medic-full[,naive,…]]
 
 naive: fix only after each crash (no scan, no canary: every fault costs a target-model launch).
-medic-no-scan: canary + target, no static scan.   medic-full: scan, canary, target.
+medic-no-scan: canary + target, no static scan.   medic-full: scan, canary, target (started beside the canary).
+medic-serial: as medic-full, the target started only once the canary passed (--no-overlap).
 Then one clean launch of the fixed lab gives the unit for the ratio. Last line is medic full's figures.
 Needs the lab built with that size (`medic lab build --size large`); takes several minutes on 2 cores.
 """
@@ -23,6 +24,7 @@ MEDIC = [sys.executable, "-c", "from agent.cli.main import main; main()"]
 STRATEGIES = {
     "naive": ["--no-scan", "--no-canary"],
     "medic-no-scan": ["--no-scan"],
+    "medic-serial": ["--no-overlap"],
     "medic-full": [],
 }
 

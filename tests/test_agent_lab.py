@@ -1,19 +1,20 @@
 """The product's promise on the real lab: pristine speculators 0.3.0 on vLLM 0.16.0 -> verified output,
-unattended, with no LLM, the scan off (every fault found by a run); then a second session on the fixed lab
-launches once and changes nothing."""
+unattended, with no LLM, the scan off (every fault found by a run); then a second session on the fixed lab,
+with a canary and the target started beside it, launches the target once and changes nothing."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lab.build import LabPaths
+from lab.build import RUN_ENV, LabPaths
 from tests.lab_cascade import assert_the_cascade
 
 pytestmark = pytest.mark.lab
@@ -37,8 +38,8 @@ def speculators_digest(lab: LabPaths) -> dict[str, str]:
 
 def test_pristine_lab_to_verified_output_then_a_second_run_changes_nothing(pristine_lab: LabPaths, tmp_path: Path):
     """Without the scan every fault costs one launch (worker tracebacks too); a second session on the fixed lab
-    launches once and changes nothing. (The same lab with the scan, as `medic run --lab` runs it, is
-    test_panel_terminal.py's session, held to the same cascade.)"""
+    launches the target once (beside its canary) and changes nothing. (The same lab with the scan, as
+    `medic run --lab` runs it, is test_panel_terminal.py's session, held to the same cascade.)"""
     lab = pristine_lab
     traces = tmp_path / "traces"
     try:
@@ -53,12 +54,23 @@ def test_pristine_lab_to_verified_output_then_a_second_run_changes_nothing(prist
         assert_the_cascade(events(traces / "e2e-1.jsonl"), report, "no-scan")
 
         fixed = speculators_digest(lab)
-        second = medic(["run", "--session", "e2e-2", "--traces", str(traces), "--lab", str(lab.root)], tmp_path)
+        # the second session names its model folder: a canary of it runs first, and the target starts beside it
+        # (a CPU job whose canary writes apart): one target launch, adopted, not started twice
+        lab.output.unlink()
+        env = [f"--env={k}={v}" for k, v in RUN_ENV.items()]
+        second = medic(["run", "--session", "e2e-2", "--traces", str(traces), "--python", str(lab.python),
+                        "--workdir", str(lab.work), "--canary-model", str(lab.model()), *env,
+                        "--validate", shlex.join(lab.validate_command()), "--", *lab.command()], tmp_path)
         assert second.returncode == 0, second.stderr[-3000:]
         again = events(traces / "e2e-2.jsonl")
-        assert [e["kind"] for e in again].count("launch") == 1
+        launches = [e["data"] for e in again if e["kind"] == "launch"]
+        assert [d["kind"] for d in launches] == ["canary", "target"]
+        assert launches[1]["beside"] is True and launches[1]["run_dir"] == launches[0]["target_beside"]
         assert not [e for e in again if e["kind"] in ("fault", "applied")]
         assert speculators_digest(lab) == fixed
+        assert (lab.work / ".medic" / "canary-output" / lab.output.name).exists()  # the canary's, apart
+        check = medic(["lab", "check", str(lab.output), "--path", str(lab.root)], tmp_path, timeout=600)
+        assert check.returncode == 0 and "VERIFIED" in check.stdout, check.stdout + check.stderr
     finally:
         medic(["lab", "reset", "--path", str(lab.root)], tmp_path, timeout=600)
 

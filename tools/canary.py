@@ -13,7 +13,8 @@ import shlex
 
 from tools.errors import RunError
 from tools.host import Host
-from tools.model_folder import ModelFolder
+from tools.model_folder import ModelFolder, option_values
+from tools.validate_output import OUTPUT_OPTION, OUTPUT_SUFFIXES
 
 MAX_LAYERS = 32
 SCRIPT = r"""
@@ -77,3 +78,33 @@ def canary_job(command: list[str], folder: ModelFolder, canary_dir: str) -> tupl
     if folder.via == "env":
         return list(command), {folder.key: canary_dir}
     return swap_model(command, folder.named, canary_dir), {}
+
+
+def output_words(command: list[str]) -> list[str]:
+    """The words of a job's command that name what it writes: an output option's value, a ``.pt`` argument."""
+    return list(dict.fromkeys([*option_values(command, OUTPUT_OPTION),
+                               *(a for a in command[1:] if a.endswith(OUTPUT_SUFFIXES) and not a.startswith("-"))]))
+
+
+def outputs_apart(command: list[str], validate: list[str] | None, folder: str
+                  ) -> tuple[list[str], list[str] | None, dict[str, str]] | None:
+    """The canary's command and validator writing and reading its output under ``folder``, never where the job
+    writes its own (a canary run beside the target must not overwrite it, nor be judged by its file), and the
+    words moved. None where that cannot be shown: the command names no output, or a validator is given that
+    does not name each output word as the command does (it would read the job's file)."""
+    moved = {word: f"{folder}/{word.rstrip('/').rsplit('/', 1)[-1]}" for word in output_words(command)}
+    if not moved or (validate is not None and not all(_names(validate, word) for word in moved)):
+        return None
+    return _moved(command, moved), (_moved(validate, moved) if validate is not None else None), moved
+
+
+def _names(command: list[str], word: str) -> bool:
+    return any(arg == word or arg.endswith(f"={word}") for arg in command)
+
+
+def _moved(command: list[str], moved: dict[str, str]) -> list[str]:
+    out = []
+    for arg in command:
+        option, eq, value = arg.partition("=")
+        out.append(moved.get(arg) or (f"{option}={moved[value]}" if eq and value in moved else arg))
+    return out

@@ -23,13 +23,11 @@ from rich.table import Table
 from typing_extensions import TypeIs
 
 from agent.answers import LAUNCH_INTO_FAULT, LAUNCH_QUESTION
-from agent.approval import edited_patch, refuse_if_stale
 from agent.cli.live import drive
 from agent.cli.run import finish
 from agent.codec import patch_diff
 from agent.config import SessionConfig, medic_home
 from agent.patch_records import CandidateData
-from agent.session import connect_host, make_deps, read_checkpoint, run_session
 from agent.session_files import load_config, read_failure
 from tools.console import make_console
 from tools.diffs import ArgEdit, EnvEdit
@@ -56,6 +54,7 @@ def waits_for_launch(waiting: Waiting) -> TypeIs[LaunchWait]:
 
 def read_session(session_id: str) -> tuple[dict[str, Any], Waiting | None]:
     """(state values, the pending approval's proposal or None) from the latest checkpoint."""
+    from agent.session import read_checkpoint  # the session graph: a second of imports
     values, waiting = read_checkpoint(session_id)
     if waiting is not None and waiting.get("kind") in ("approve_patch", "host_change", LAUNCH_INTO_FAULT):
         return values, cast(CandidateData, waiting.get("proposal") or {})  # the checkpoint holds the state's
@@ -198,6 +197,7 @@ def approve(
     launch: Annotated[bool, typer.Option(help="launch anyway into a fault whose only repair was rejected")] = False,
 ) -> None:
     """Show the patch a session waits on and answer it; the session then continues until it ends or waits."""
+    from agent.session import connect_host, run_session  # the session graph: a second of imports
     if yes + (reject is not None) + edit + launch > 1:
         raise UsageError("--yes, --reject, --edit and --launch are one answer each: pass one")
     config, proposal = waiting_proposal(session, patch)
@@ -234,6 +234,8 @@ def approve(
 
 def send_answer(config: SessionConfig, proposal: CandidateData, answer: dict[str, Any], host: Host) -> str:
     """Check the answer against the files as they are now, then resume the session with it; its outcome."""
+    from agent.approval import edited_patch, refuse_if_stale  # the session graph: a second of imports
+    from agent.session import make_deps, run_session  # the session graph: a second of imports
     session, pid = config.session_id, proposal["patch"].get("id", "")
     # Checked here, before resuming: a refusal writes nothing and leaves the patch pending.
     if answer["action"] == "approve":

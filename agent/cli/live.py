@@ -22,7 +22,6 @@ from agent.readers.watch import TraceFollower
 from agent.record.panel import LivePanel, at_terminal
 from agent.record.people import Shortener
 from agent.record.view import View
-from agent.session import pending_interrupt, read_checkpoint, session_redactor
 from agent.session_files import read_failure
 from tools.console import make_console
 
@@ -60,6 +59,7 @@ def sigterm_stops() -> Iterator[None]:
 
 def drive(config: SessionConfig, run: Callable[[View], tuple[str, dict[str, Any]]]) -> str:
     """Run the session with the view a person can read; the outcome (``stopped`` after a signal)."""
+    from agent.session import session_redactor  # the session graph: a second of imports
     view = make_view(config)
     try:
         with sigterm_stops():
@@ -77,6 +77,7 @@ def drive(config: SessionConfig, run: Callable[[View], tuple[str, dict[str, Any]
 
 def tell(config: SessionConfig, outcome: str) -> None:
     """The session's --notify command, told how it ended or what it waits for; its result on one line."""
+    from agent.session import read_checkpoint, session_redactor  # the session graph: a second of imports
     if not config.notify:
         return
     values = read_checkpoint(config.session_id)[0]
@@ -87,6 +88,7 @@ def tell(config: SessionConfig, outcome: str) -> None:
 
 def end_detail(config: SessionConfig, outcome: str, values: dict[str, Any]) -> str:
     """One line on how the session ended or what it waits for, for --notify's summary."""
+    from agent.session import pending_interrupt  # the session graph: a second of imports
     if outcome in ("waiting", "host_change"):
         waiting = pending_interrupt(config.session_id) or {}
         what = {"approve_patch": "a patch to approve", "confirm_launch": "a go to relaunch",

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from langgraph.checkpoint.base import CheckpointTuple
 
 from agent import store
 from agent.cli.approve import console, print_rows
 from agent.patch_records import CandidateData
 from agent.policy import decide, load_policy, package_of, proposal_files
 from agent.session_files import load_config
+
+if TYPE_CHECKING:  # langgraph is a quarter second of imports the command never needs
+    from langgraph.checkpoint.base import CheckpointTuple
 
 
 def _thread(session_id: str) -> dict[str, Any]:

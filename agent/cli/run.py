@@ -16,7 +16,6 @@ from agent.cli.stop import left_line
 from agent.config import Budgets, SessionConfig, Target
 from agent.job import local_path
 from agent.outcomes import OUTCOMES, exit_code
-from agent.session import connect_checked, pending_interrupt, run_session
 from agent.session_files import load_config, read_failure, require_new, save_config, session_dir
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabPaths
 from tools.console import make_console
@@ -84,6 +83,8 @@ def run(
     llm_model: Annotated[str | None, typer.Option(help="model name at that endpoint")] = None,
     lab_size: Annotated[str, typer.Option(help="lab model: tiny, or large (then tiny is the canary)")] = "tiny",
     canary: Annotated[bool, typer.Option(help="run the canary before the target model")] = True,
+    overlap: Annotated[bool, typer.Option(help="start the target model's launch while the canary runs (a CPU "
+                                          "job whose canary writes apart); kept only if nothing changed")] = True,
     scan: Annotated[bool, typer.Option(help="static drift scan before the first launch")] = True,
     confirm_launch: Annotated[bool, typer.Option(help="approve mode: also wait for a person before each relaunch")
                               ] = False,
@@ -113,6 +114,7 @@ def run(
                       ] = None,
 ) -> None:
     """Run the job until its output is VERIFIED, repairing drift on the way. Exit 0 only when verified."""
+    from agent.session import connect_checked, run_session  # the session graph: a second of imports
     if mode not in ("unattended", "approve"):
         raise UsageError(f"--mode is unattended or approve, not {mode!r}")
     try:  # the config's own validation speaks pydantic: make it one line
@@ -146,6 +148,7 @@ def run(
         config = SessionConfig(
             session_id=session or time.strftime("s%Y%m%d-%H%M%S"), target=target, mode=mode,  # type: ignore[arg-type]
             budgets=Budgets(max_launches=max_launches, max_wall=max_wall), canary=canary, scan=scan,
+            overlap=overlap,
             traces_dir=os.path.abspath(traces),  # watch, status and resume find it from any folder
             confirm_launch=confirm_launch, notify=notify,
             llm={k: v for k, v in {"base_url": llm_base_url, "model": llm_model}.items() if v} if (
@@ -171,6 +174,7 @@ def run(
 def resume(session: str, postmortem: bool = False,
            notify: Annotated[str | None, typer.Option(help=NOTIFY_HELP)] = None) -> None:
     """Continue a session from its checkpoint (after medic died, or after an approval)."""
+    from agent.session import pending_interrupt, run_session  # the session graph: a second of imports
     config = load_config(session)
     if notify is not None:  # from now on this command is told, by every later resume and approve too
         config = config.model_copy(update={"notify": notify or None})
@@ -184,6 +188,7 @@ def resume(session: str, postmortem: bool = False,
 
 
 def finish(config: SessionConfig, outcome: str, postmortem: bool) -> None:
+    from agent.session import pending_interrupt  # the session graph: a second of imports
     report = session_dir(config.session_id) / "report.md"
     trace = Path(config.traces_dir) / f"{config.session_id}.jsonl"
     if outcome == "waiting":

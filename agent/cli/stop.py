@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.session import connect_host
 from agent.session_files import load_config, session_lock
 from tools import runs
 from tools.console import make_console
@@ -65,6 +64,7 @@ def left_line(trace: Path, session: str, host: str, last_only: bool = False) -> 
 
 def stop(session: str) -> None:
     """End the runs a session left on its host (its server, a launch), without resuming the session."""
+    from agent.session import connect_host  # the session graph: a second of imports
     config = load_config(session)
     trace = Path(config.traces_dir) / f"{session}.jsonl"
     with session_lock(session):  # not while a medic process drives the session

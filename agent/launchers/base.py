@@ -8,7 +8,6 @@ and server.py, which wraps any of them (the server first, then its client).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import time
@@ -139,12 +138,21 @@ _IPC_VARIABLES: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
 
 def launched_before(host: Host, base: str, ledger: str) -> str | None:
     """The run folder of launch ``base`` if it was started already (ledger, or a run folder with a pid)."""
-    if host.exists(ledger):
-        with contextlib.suppress(ValueError, KeyError):
-            return str(json.loads(host.read_bytes(ledger))["run"])
+    run = ledger_line(host, ledger).get("run")  # None in a line written before its launch (beside.py)
+    if run:
+        return str(run)
     found = host.run(f"ls -1d {shlex.quote(base)}/*/pid 2>/dev/null | head -1", timeout=30)
     path = found.stdout.strip()
     return path.rsplit("/", 1)[0] if path else None
+
+
+def ledger_line(host: Host, ledger: str) -> dict[str, Any]:
+    """What a launch's ledger says ({} where it says nothing readable)."""
+    try:
+        line = json.loads(host.read_bytes(ledger)) if host.exists(ledger) else {}
+    except ValueError:
+        return {}
+    return line if isinstance(line, dict) else {}
 
 
 def write_ledger(host: Host, ledger: str, line: dict[str, Any]) -> None:

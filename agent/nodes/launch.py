@@ -1,15 +1,19 @@
 """launch: start the next launch (the canary's until it passed, then the target's), once per launch id whatever
-the checkpoint says. How it runs — a detached process, shard runs, a Slurm job, a server and its client — is the
-session's launcher (agent/launchers/), which ledgers it on the host so a resumed session reattaches to it."""
+the checkpoint says; a CPU job's target starts beside its canary (agent/launchers/beside.py). How it runs — a
+detached process, shard runs, a Slurm job, a server and its client — is the session's launcher
+(agent/launchers/), which ledgers it on the host so a resumed session reattaches to it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from agent.deps import Deps
 from agent.job import canary_commands, canary_env, canary_ready, in_target_env, on_canary
 from agent.launchers.base import LaunchPlan
+from agent.launchers.beside import may_overlap
+from agent.launchers.detached import DetachedLauncher
 from agent.remedies import arg_edits, with_options
 from agent.shards import shards_for
 from agent.state import SessionState
@@ -17,8 +21,21 @@ from agent.validation import before_relaunch, nothing_left
 
 
 def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
+    kind = "canary" if on_canary(state, deps.config) else "target"
+    plan = planned(state, deps, kind, len(state.get("launches") or []) + 1)
+    beside = None
+    if kind == "canary" and may_overlap(state, deps):  # the target's load goes on while the canary runs
+        launcher = cast(DetachedLauncher, deps.launcher)
+        beside = launcher.start_beside(state, planned(state, deps, "target", plan.n + 1))
+        plan = replace(plan, trace_extra={**plan.trace_extra, "target_beside": beside})
+    update = deps.launcher.start(state, plan)
+    if beside:
+        update["run"]["target_beside"] = beside  # the same record as the last of update["launches"]
+    return update
+
+
+def planned(state: SessionState, deps: Deps, kind: str, n: int) -> LaunchPlan:
     cfg = deps.config
-    kind = "canary" if on_canary(state, cfg) else "target"
     command = canary_commands(state, cfg)[0] if kind == "canary" else cfg.target.command
     # the kept option remedies, as the env remedies, go to the canary's runs too: the same library meets them
     command = with_options(command or [], arg_edits(state.get("patches") or []))
@@ -26,11 +43,9 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
         canary_ready(deps)  # built while the scan ran (preflight started it)
     # `python ...`, `speculators ...` mean the target env's, not the ones first on the host's PATH
     command, resolved = in_target_env(deps.host, command or [], cfg.target)
-    plan = LaunchPlan(n=len(state.get("launches") or []) + 1, kind=kind, command=command, started=deps.clock(),
-                      trace_extra=resolved,
+    return LaunchPlan(n=n, kind=kind, command=command, started=deps.clock(), trace_extra=resolved,
                       env=canary_env(state, cfg) if kind == "canary" else {},
                       plan_shards=partial(plan_shards, state, deps, kind))
-    return deps.launcher.start(state, plan)
 
 
 def plan_shards(state: SessionState, deps: Deps, kind: str) -> tuple[list[int], dict[str, Any]]:

@@ -10,9 +10,11 @@ from agent.deps import Deps
 from agent.job import canary_folders, start_canary_build
 from agent.state import SessionState
 from tools import source as src_tools
-from tools.canary import canary_job, swap_model
+from tools.canary import canary_job, outputs_apart, swap_model
 from tools.envprobe import probe_env
 from tools.errors import SourceError, UsageError
+from tools.host import Host
+from tools.model_folder import on_host
 from tools.wrapper import Wrapped, read_wrapper, with_python
 
 
@@ -69,6 +71,9 @@ def patch_roots(deps: Deps) -> list[str]:
     return list(dict.fromkeys(roots))
 
 
+CANARY_OUTPUT = ".medic/canary-output"  # under the workdir: where the canary writes, apart from the job's output
+
+
 def derive_canary(deps: Deps) -> dict[str, Any] | None:
     """A canary of the target model (same architecture, tiny), when the user named the model folder: its command,
     validator and env point at the canary wherever the job names the model (a word, a default, a variable). The
@@ -85,7 +90,18 @@ def derive_canary(deps: Deps) -> dict[str, Any] | None:
     validate = None
     if target.validate_command:
         validate = swap_model(swap_model(target.validate_command, folder.named, out), target.model_dir, out)
-    return {"command": command, "validate": validate, "env": env}
+    apart = outputs_apart(command, validate, f"{target.workdir}/{CANARY_OUTPUT}")
+    if apart is None:  # the canary writes where the job does: it runs alone, before the target
+        return {"command": command, "validate": validate, "env": env}
+    command, validate, moved = apart
+    make_output_folders(deps.host, target.workdir, moved)
+    return {"command": command, "validate": validate, "env": env, "outputs": moved}
+
+
+def make_output_folders(host: Host, workdir: str, moved: dict[str, str]) -> None:
+    """The canary's output folder, and inside it a folder for each output the job names as a folder."""
+    folders = [new for word, new in moved.items() if (found := host.stat(on_host(word, workdir))) and found.is_dir]
+    host.run(["mkdir", "-p", f"{workdir}/{CANARY_OUTPUT}", *folders], timeout=30)
 
 
 def read_through(deps: Deps) -> Wrapped | None:

@@ -13,11 +13,12 @@ import time
 from concurrent.futures import Future
 from typing import Any, cast
 
-from agent.checks import blames_patch, run_check
+from agent.checks import blames_patch, run_leading
 from agent.codec import check_from_dict
 from agent.deps import Deps, Settings
 from agent.launch_records import LaunchRecord
 from agent.launchers.base import RunHandle, run_folders
+from agent.launchers.beside import stop_beside
 from agent.patch_records import CheckResult
 from agent.repair.types import Check, RepairContext
 from agent.state import SessionState
@@ -29,6 +30,7 @@ STATUS_EVERY = 5.0  # seconds between status commands; the exit file is looked f
 DISK_FREE_MB = 1024  # outputs of a real extraction run are GBs; a warning below one GB
 FREE_MEMORY_MB = 2048
 LOADED_PHASES = ("loading", "kv_cache", "warmup", "extracting", "done")
+OVERTAKEN = "stopped:the target started beside it ended first"  # a canary's: agent/launchers/beside.py
 
 
 def watch(state: SessionState, deps: Deps) -> dict[str, Any]:
@@ -52,17 +54,18 @@ class BesideTheLoad:
                  launch: int) -> None:
         self.deps, self.ctx, self.pending, self.owners, self.launch = deps, ctx, pending, owners, launch
         self.results: list[CheckResult] = []
-        self.running: Future[tuple[bool, str]] | None = None
+        self.running: Future[list[tuple[bool, str]]] | None = None
+        self.failed: str | None = None  # the patch whose check failed after the run was stopped
 
     def start(self) -> None:
         if not self.pending or self.running is not None:
             return
-        future: Future[tuple[bool, str]] = Future()
-        check, env = self.pending[0], self.deps.config.target.env
+        future: Future[list[tuple[bool, str]]] = Future()
+        pending, env = list(self.pending), self.deps.config.target.env
 
         def work() -> None:
             try:
-                future.set_result(run_check(self.ctx, check, env))
+                future.set_result(run_leading(self.ctx, pending, env))  # imports side by side: one process
             except BaseException as exc:  # handed to the loop, which raises or waits for the link
                 future.set_exception(exc)
 
@@ -76,19 +79,20 @@ class BesideTheLoad:
             return None
         future, self.running = self.running, None
         try:
-            ok, detail = future.result()
+            answers = future.result()
         except HostUnreachable:
             if wait:  # the run has ended: nothing to wait for but the link, as before
                 raise
             time.sleep(RECONNECT_PAUSE)
             return None
-        check = self.pending.pop(0)
-        owner = self.owners.pop(0) if self.owners else None
-        result = CheckResult(check=check.describe(), ok=ok, detail=detail, when=when, launch=self.launch)
-        if phase is not None:
-            result["phase"] = phase
-        self.results.append(result)
-        self.deps.record("check", "watch", dict(result))
+        for ok, detail in answers:  # only the last may have failed (agent/checks.py run_leading)
+            check = self.pending.pop(0)
+            owner = self.owners.pop(0) if self.owners else None
+            result = CheckResult(check=check.describe(), ok=ok, detail=detail, when=when, launch=self.launch)
+            if phase is not None:
+                result["phase"] = phase
+            self.results.append(result)
+            self.deps.record("check", "watch", dict(result))
         return check, owner, ok
 
 
@@ -105,6 +109,7 @@ def follow(state: SessionState, deps: Deps, handle: RunHandle, record: LaunchRec
     link_down_since: float | None = None
     while True:
         try:
+            asked = last_status
             chunk, status, last_status = poll(deps, handle, offset, last_status)
         except HostUnreachable as err:  # the job is detached: wait for the link, lose nothing (byte offsets)
             now = deps.clock()
@@ -131,6 +136,11 @@ def follow(state: SessionState, deps: Deps, handle: RunHandle, record: LaunchRec
                 remaining = eta.remaining(deps.clock() - started, event.progress) if event.phase == "loading" else None
                 deps.record("phase", "watch", {"phase": event.phase, "percent": pct, "eta": remaining,
                                                "launch": record["n"]})
+        if status.state == "running" and last_status != asked and overtaken(deps, record):  # once per status
+            handle.stop()  # the canary saves a target load only until that load is over
+            outcome = after_the_checks(checks) or OVERTAKEN
+            record["failed_patch"] = checks.failed
+            break
         if status.state == "running":
             done = checks.finished("during_load", next(reversed(seen_phases), "starting"))
             if done is not None and not done[2] and blames_patch(done[0].kind, checks.results[-1]["detail"]):
@@ -153,6 +163,8 @@ def follow(state: SessionState, deps: Deps, handle: RunHandle, record: LaunchRec
             outcome = "timeout"
             break
         time.sleep(deps.poll_interval)
+    if record.get("kind") == "canary" and outcome not in ("exited", OVERTAKEN):
+        stop_beside(deps.host, record)  # its load is for code about to change
     update = run_ended(state, record, outcome or "", deps.clock(), seen_phases, checks.results)
     deps.record("run_end", "watch", {"outcome": outcome, "exit_code": record.get("exit_code"),
                                      "seconds": round(update["run"]["ended"] - started, 1), "launch": record["n"],
@@ -167,8 +179,33 @@ def run_ended(state: SessionState, record: LaunchRecord, outcome: str, ended: fl
     record = cast(LaunchRecord, {**record, "outcome": outcome, "ended": ended, "phases": phases,
                                  "checks_during_load": results, "load_seconds": load_seconds(phases)})
     launches = [record if launch_["n"] == record["n"] else launch_ for launch_ in state.get("launches") or []]
-    return {"run": record, "launches": launches, "pending_checks": [],
-            "verifications": [*(state.get("verifications") or []), *results]}
+    update = {"run": record, "launches": launches, "pending_checks": [],
+              "verifications": [*(state.get("verifications") or []), *results]}
+    return {**update, "canary_done": True} if outcome == OVERTAKEN else update
+
+
+def overtaken(deps: Deps, record: LaunchRecord) -> bool:
+    """A canary whose target, started beside it, has exited 0 already: the canary would save a target load that is
+    over, and the target's output is judged itself. (A target that crashed first leaves the canary to go on: the
+    canary still guards the launches after the repair.)"""
+    folder = record.get("target_beside")
+    if not folder:
+        return False
+    try:
+        return deps.host.read_bytes(runs.Run.in_dir(folder).exit, 0, 16).strip() == b"0"
+    except MedicError:  # not there yet: the target still runs
+        return False
+
+
+def after_the_checks(checks: BesideTheLoad) -> str | None:
+    """The launch's checks not yet run, run now (each still proves its patch); the outcome of one that failed."""
+    while checks.pending:
+        checks.start()
+        done = checks.finished("after_exit", None, wait=True)
+        if done is not None and not done[2] and blames_patch(done[0].kind, checks.results[-1]["detail"]):
+            checks.failed = done[1]
+            return f"stopped:check failed: {done[0].describe()}"
+    return None
 
 
 def poll(deps: Deps, handle: RunHandle, offset: int, last_status: float

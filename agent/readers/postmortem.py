@@ -64,8 +64,8 @@ def postmortem_markdown(trace: Trace) -> str:
         nxt = s.launches[launch.seq].start if launch.seq < len(s.launches) else float("inf")
         after = ", ".join(p.id for p in s.patches
                           if p.state not in ("proposed", "rejected") and launch.start < p.at < nxt) or "-"
-        label = f"{launch.seq} (L{launch.n}{' canary' if launch.canary else ''}" \
-                f"{', reattached' if launch.reattached else ''})"
+        how = ", reattached" if launch.reattached else ", started beside the canary" if launch.beside else ""
+        label = f"{launch.seq} (L{launch.n}{' canary' if launch.canary else ''}{how})"
         out.append(f"| {label} | +{human_seconds(launch.start)} | {human_seconds(launch.seconds)} | {phases} | "
                    f"{_cell(launch.outcome)} | {faults} | {after} |")
     out += shard_lines(trace)  # a Slurm session: its jobs and shards

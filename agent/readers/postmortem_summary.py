@@ -30,6 +30,7 @@ class LaunchView:
     outcome: str = "unknown: medic stopped watching"
     exit_code: Any = None
     reattached: bool = False
+    beside: bool = False  # a target started beside the canary, adopted once the canary had its answer
     chosen_by: str = ""  # a person chose to launch into a fault whose repair they rejected (postmortem_answers.py)
 
     @property
@@ -210,7 +211,7 @@ def summarize(trace: Trace) -> Summary:
             launch = data_of(d, LaunchData)
             current = LaunchView(seq=len(out.launches) + 1, n=int(launch.get("n") or 0), start=at,
                                  kind=str(launch.get("kind") or "target"), reattached=bool(launch.get("reattached")),
-                                 chosen_by=chosen.get(len(out.launches) + 1, ""))
+                                 beside=bool(launch.get("beside")), chosen_by=chosen.get(len(out.launches) + 1, ""))
             out.launches.append(current)
         elif ev.kind == "run_end" and current is not None:
             end = data_of(d, RunEndData)

@@ -20,7 +20,6 @@ from typing import Any
 from agent.config import SessionConfig
 from agent.outcomes import OUTCOMES, exit_code
 from agent.record.panel import PanelState, earlier_loads
-from agent.session import read_checkpoint
 from agent.session_files import load_config, read_failure, session_dir
 
 
@@ -88,6 +87,7 @@ class Status:
 
 
 def session_status(session_id: str) -> Status:
+    from agent.session import read_checkpoint  # the session graph: a second of imports
     config = load_config(session_id)
     pid = lock_holder(session_id)
     values, interrupt = read_checkpoint(session_id)

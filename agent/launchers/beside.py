@@ -1,0 +1,49 @@
+"""The target's launch started beside the canary's: the load no fix can save runs while the canary finds what it
+finds. Where the two share no accelerator (a CPU job: a GPU's memory is the target's alone) and the canary writes
+its output apart from the job's (agent/nodes/preflight.py), the launch node starts both; the target is the next
+launch's number, ledgered with a fingerprint of what it runs. The next launch of that number adopts it only when
+its fingerprint is the same — the same kind, command, environment and kept patches: nothing medic changed since it
+started — and otherwise stops it and starts afresh (agent/launchers/detached.py). A canary that fails stops it at
+once: its load is for code that is about to change."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING
+
+from agent.launch_records import LaunchRecord
+from agent.state import SessionState
+from tools import runs
+from tools.host import Host
+
+if TYPE_CHECKING:
+    from agent.deps import Deps
+
+
+def may_overlap(state: SessionState, deps: Deps) -> bool:
+    """Whether this canary launch may have the target started beside it."""
+    from agent.launchers.detached import DetachedLauncher  # the one way of running that starts a plain process
+    from agent.repair.scan_env import target_device
+
+    cfg = deps.config
+    canary = (state.get("preflight") or {}).get("canary") or {}
+    return bool(cfg.overlap and canary.get("outputs") and not cfg.confirm_launch  # a person confirms launches
+                and type(deps.launcher) is DetachedLauncher and target_device(deps.context(state)) == "cpu")
+
+
+def fingerprint(kind: str, command: list[str], env: dict[str, str], unset: list[str], patches: list[str]) -> str:
+    """What a launch runs, in one word: two launches with the same one run the same code the same way."""
+    said = json.dumps([kind, command, sorted(env.items()), sorted(unset), patches])
+    return hashlib.sha256(said.encode()).hexdigest()[:16]
+
+
+def patch_ids(state: SessionState) -> list[str]:
+    return [kept["patch"]["id"] for kept in state.get("patches") or []]
+
+
+def stop_beside(host: Host, record: LaunchRecord | None) -> None:
+    """The canary's run failed (or its output did): the target started beside it runs code about to change."""
+    folder = record.get("target_beside") if record else None
+    if folder:
+        runs.stop(host, runs.Run.in_dir(folder))
