@@ -133,6 +133,14 @@ def test_what_is_left_running_is_read_from_the_trace(tmp_path: Path) -> None:
         ("server S2 (port 8001)", "/w/S2"), ("launch 2 (target)", "/w/L2")]
     assert left_line(path, "t", "gpu-box", last_only=True) == (
         "server S2 (port 8001) left running on gpu-box: `medic resume t` reuses it, `medic stop t` ends it")
+    # a canary's launch names the target started beside it: left running too until its own launch ends
+    beside = tmp_path / "b.jsonl"
+    w = TraceWriter(beside, {"session": "b"}, Redactor())
+    w.event("launch", "launch", {"n": 1, "kind": "canary", "run_dir": "/w/L1", "target_beside": "/w/L2"})
+    w.event("run_end", "watch", {"outcome": "exited", "launch": 1})
+    w.close()
+    assert [(r.what, r.run_dir) for r in left_running(beside)] == [
+        ("launch 2 (target, started beside the canary)", "/w/L2")]
 
 
 def test_the_port_a_server_announces_is_read_from_its_own_words() -> None:

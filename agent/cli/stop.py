@@ -43,6 +43,9 @@ def left_running(trace: Path) -> list[LeftRun]:
         elif event.kind == "launch" and data.get("run_dir"):
             launches[data.get("n")] = LeftRun(f"launch {data.get('n')} ({data.get('kind') or 'target'})",
                                               str(data["run_dir"]))
+            if data.get("target_beside"):  # the next launch, started beside this canary (agent/launchers/beside.py)
+                n = int(data.get("n") or 0) + 1
+                launches[n] = LeftRun(f"launch {n} (target, started beside the canary)", str(data["target_beside"]))
         elif event.kind == "run_end":
             launches.pop(data.get("launch"), None)
     return [*servers.values(), *launches.values()]
