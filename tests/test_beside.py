@@ -10,6 +10,7 @@ from typing import Any
 
 from agent.config import SessionConfig, Target
 from agent.launchers.base import LauncherDeps, LaunchPlan, write_ledger
+from agent.launchers.beside import CANARY_NICE, canary_yields
 from agent.launchers.detached import DetachedLauncher
 from agent.state import SessionState
 from tools import runs
@@ -78,6 +79,30 @@ def test_the_sessions_end_stops_a_target_started_beside_its_canary(tmp_path: Pat
     canary["run"]["target_beside"] = folder
     medic.end(canary)  # type: ignore[arg-type]
     assert state_of(medic.deps.host, folder) != "running"
+
+
+def test_the_canary_yields_the_cpu_to_the_target_beside_it(tmp_path: Path) -> None:
+    medic, _ = launcher(tmp_path)
+    canary = medic.start(kept(), plan(1, "canary"))
+    folder = canary["run"]["run_dir"]
+    canary_yields(medic.deps.host, folder)
+    group = int(Path(folder, "pid").read_text())
+    niceness = [int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+                for pid in _members(group)]
+    assert niceness and all(n >= CANARY_NICE for n in niceness)
+    medic.end(canary)  # type: ignore[arg-type]
+
+
+def _members(group: int) -> list[int]:
+    """The processes of a process group (the run's wrapper and the command under it)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == group:
+                out.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
 
 
 def test_the_canary_writes_and_reads_its_output_apart_from_the_jobs() -> None:

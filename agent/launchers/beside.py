@@ -4,12 +4,13 @@ its output apart from the job's (agent/nodes/preflight.py), the launch node star
 launch's number, ledgered with a fingerprint of what it runs. The next launch of that number adopts it only when
 its fingerprint is the same — the same kind, command, environment and kept patches: nothing medic changed since it
 started — and otherwise stops it and starts afresh (agent/launchers/detached.py). A canary that fails stops it at
-once: its load is for code that is about to change."""
+once: its load is for code that is about to change. The canary runs at a lower CPU priority than the target."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from typing import TYPE_CHECKING
 
 from agent.launch_records import LaunchRecord
@@ -19,6 +20,8 @@ from tools.host import Host
 
 if TYPE_CHECKING:
     from agent.deps import Deps
+
+CANARY_NICE = 10
 
 
 def may_overlap(state: SessionState, deps: Deps) -> bool:
@@ -36,6 +39,15 @@ def fingerprint(kind: str, command: list[str], env: dict[str, str], unset: list[
     """What a launch runs, in one word: two launches with the same one run the same code the same way."""
     said = json.dumps([kind, command, sorted(env.items()), sorted(unset), patches])
     return hashlib.sha256(said.encode()).hexdigest()[:16]
+
+
+def canary_yields(host: Host, canary_dir: str) -> None:
+    """The canary's processes at a lower CPU priority than the target's beside them (its process group,
+    whose children inherit it): where the two share few cores, the target's load is the session's long pole,
+    and a canary slowed by it still answers long before a real load ends. Advisory: a host without renice
+    runs the two alike."""
+    pid = f"{shlex.quote(canary_dir)}/pid"
+    host.run(f"renice -n {CANARY_NICE} -g \"$(cat {pid})\" >/dev/null 2>&1 || true", timeout=30)
 
 
 def patch_ids(state: SessionState) -> list[str]:

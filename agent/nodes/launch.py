@@ -12,7 +12,7 @@ from typing import Any, cast
 from agent.deps import Deps
 from agent.job import canary_commands, canary_env, canary_ready, in_target_env, on_canary
 from agent.launchers.base import LaunchPlan
-from agent.launchers.beside import may_overlap
+from agent.launchers.beside import canary_yields, may_overlap
 from agent.launchers.detached import DetachedLauncher
 from agent.remedies import arg_edits, with_options
 from agent.shards import shards_for
@@ -31,6 +31,7 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     update = deps.launcher.start(state, plan)
     if beside:
         update["run"]["target_beside"] = beside  # the same record as the last of update["launches"]
+        canary_yields(deps.host, update["run"]["run_dir"])
     return update
 
 
