@@ -129,6 +129,11 @@ class Candidate:
     checks: tuple[Check, ...] = ()
 
 
+def installed_in(path: str, package: str) -> bool:
+    """Whether ``path`` is ``package``'s installed code: a venv's site-packages, or a Debian Python's dist-packages."""
+    return f"/site-packages/{package}/" in path or f"/dist-packages/{package}/" in path
+
+
 @dataclass
 class RepairContext:
     """Everything a repair may look at. Source questions go to the TARGET env's python on ``host``."""
@@ -160,10 +165,10 @@ class RepairContext:
         """The library package whose installed code ``path`` is; None for the fixable code and anything else."""
         if self.is_fixable(path):
             return None
-        return next((pkg for pkg in self.library_packages if f"/site-packages/{pkg}/" in path), None)
+        return next((pkg for pkg in self.library_packages if installed_in(path, pkg)), None)
 
     def is_fixable(self, path: str) -> bool:
         """Code medic adapts to the library: the user's workdir and the fixable packages."""
         if self.workdir and path.startswith(self.workdir.rstrip("/") + "/"):
             return True
-        return any(f"/site-packages/{pkg}/" in path for pkg in self.fixable_packages)
+        return any(installed_in(path, pkg) for pkg in self.fixable_packages)
