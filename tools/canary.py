@@ -13,8 +13,8 @@ import shlex
 
 from tools.errors import RunError
 from tools.host import Host
-from tools.model_folder import ModelFolder, option_values
-from tools.validate_output import OUTPUT_OPTION, OUTPUT_SUFFIXES
+from tools.model_folder import ModelFolder
+from tools.validate_output import output_words
 
 MAX_LAYERS = 32
 SCRIPT = r"""
@@ -78,12 +78,6 @@ def canary_job(command: list[str], folder: ModelFolder, canary_dir: str) -> tupl
     if folder.via == "env":
         return list(command), {folder.key: canary_dir}
     return swap_model(command, folder.named, canary_dir), {}
-
-
-def output_words(command: list[str]) -> list[str]:
-    """The words of a job's command that name what it writes: an output option's value, a ``.pt`` argument."""
-    return list(dict.fromkeys([*option_values(command, OUTPUT_OPTION),
-                               *(a for a in command[1:] if a.endswith(OUTPUT_SUFFIXES) and not a.startswith("-"))]))
 
 
 def outputs_apart(command: list[str], validate: list[str] | None, folder: str

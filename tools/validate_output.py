@@ -49,13 +49,17 @@ WARNING_LINE = re.compile(r"^(?:\S+:\d+: )?\w*Warning: |^\[?WARN(?:ING)?\]?[\s:]
 MAX_EVIDENCE = 40
 
 
+def output_words(command: Sequence[str]) -> list[str]:
+    """The words of a job's command that name what it writes: an output option's value, a ``.pt`` argument."""
+    return list(dict.fromkeys([*option_values(command, OUTPUT_OPTION),
+                               *(a for a in command[1:] if a.endswith(OUTPUT_SUFFIXES) and not a.startswith("-"))]))
+
+
 def locate(host: Host, command: Sequence[str], workdir: str, *, output: str | None = None,
            model_dir: str | None = None, env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
     """(output, model folder) of a job, each None where nothing names one that exists."""
     if output is None:
-        named = option_values(command, OUTPUT_OPTION)
-        files = [a for a in command[1:] if a.endswith(OUTPUT_SUFFIXES)]
-        output = next((p for p in (on_host(a, workdir) for a in [*named, *files]) if host.exists(p)), None)
+        output = next((p for p in (on_host(a, workdir) for a in output_words(command)) if host.exists(p)), None)
     else:
         output = on_host(output, workdir)
     if model_dir is None:  # however the command (or its env) names it: tools/model_folder.py

@@ -138,9 +138,16 @@ _IPC_VARIABLES: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
 
 def launched_before(host: Host, base: str, ledger: str) -> str | None:
     """The run folder of launch ``base`` if it was started already (ledger, or a run folder with a pid)."""
-    run = ledger_line(host, ledger).get("run")  # None in a line written before its launch (beside.py)
-    if run:
-        return str(run)
+    return ledgered_run(ledger_line(host, ledger)) or run_with_pid(host, base)
+
+
+def ledgered_run(line: dict[str, Any]) -> str | None:
+    """The run folder a ledger line names (None in a line written before its launch: beside.py)."""
+    return str(line["run"]) if line.get("run") else None
+
+
+def run_with_pid(host: Host, base: str) -> str | None:
+    """A run folder under ``base`` with a pid file: a launch started whose ledger line was never written."""
     found = host.run(f"ls -1d {shlex.quote(base)}/*/pid 2>/dev/null | head -1", timeout=30)
     path = found.stdout.strip()
     return path.rsplit("/", 1)[0] if path else None

@@ -14,9 +14,10 @@ from agent.launchers.base import (
     RunHandle,
     ipc_variables,
     job_environment,
-    launched_before,
     ledger_line,
+    ledgered_run,
     run_folders,
+    run_with_pid,
     write_ledger,
 )
 from agent.launchers.beside import fingerprint, patch_ids
@@ -88,14 +89,15 @@ class DetachedLauncher:
         """(the run folder this launch number already has, when it started if it was started beside a canary).
         One started beside whose fingerprint is not ``said`` runs what is no longer wanted: stopped and forgotten."""
         host = self.deps.host
-        found, line = launched_before(host, base, ledger), ledger_line(host, ledger)
+        line = ledger_line(host, ledger)  # read once: its run and whether it was started beside
+        found = ledgered_run(line) or run_with_pid(host, base)
         if "beside" not in line:
             return found, None
         if found and line["beside"] == said:
             return found, float(line.get("at") or self.deps.clock())
         if found:
             runs.stop(host, runs.Run.in_dir(found))
-        host.run(["rm", "-rf", ledger, base], timeout=60)  # the ledger first: launched_before then finds nothing
+        host.run(["rm", "-rf", ledger, base], timeout=60)  # both: a later launch of this number finds neither
         return None, None
 
     def fresh(self, plan: LaunchPlan, env: dict[str, str], unset: list[str], beside: str | None = None

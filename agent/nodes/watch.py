@@ -55,7 +55,6 @@ class BesideTheLoad:
         self.deps, self.ctx, self.pending, self.owners, self.launch = deps, ctx, pending, owners, launch
         self.results: list[CheckResult] = []
         self.running: Future[list[tuple[bool, str]]] | None = None
-        self.failed: str | None = None  # the patch whose check failed after the run was stopped
 
     def start(self) -> None:
         if not self.pending or self.running is not None:
@@ -138,8 +137,7 @@ def follow(state: SessionState, deps: Deps, handle: RunHandle, record: LaunchRec
                                                "launch": record["n"]})
         if status.state == "running" and last_status != asked and overtaken(deps, record):  # once per status
             handle.stop()  # the canary saves a target load only until that load is over
-            outcome = after_the_checks(checks) or OVERTAKEN
-            record["failed_patch"] = checks.failed
+            outcome, record["failed_patch"] = after_the_checks(checks) or (OVERTAKEN, None)
             break
         if status.state == "running":
             done = checks.finished("during_load", next(reversed(seen_phases), "starting"))
@@ -197,14 +195,14 @@ def overtaken(deps: Deps, record: LaunchRecord) -> bool:
         return False
 
 
-def after_the_checks(checks: BesideTheLoad) -> str | None:
-    """The launch's checks not yet run, run now (each still proves its patch); the outcome of one that failed."""
+def after_the_checks(checks: BesideTheLoad) -> tuple[str, str | None] | None:
+    """The launch's checks not yet run, run now (each still proves its patch); for one that failed, the outcome
+    and the patch it proves."""
     while checks.pending:
         checks.start()
         done = checks.finished("after_exit", None, wait=True)
         if done is not None and not done[2] and blames_patch(done[0].kind, checks.results[-1]["detail"]):
-            checks.failed = done[1]
-            return f"stopped:check failed: {done[0].describe()}"
+            return f"stopped:check failed: {done[0].describe()}", done[1]
     return None
 
 

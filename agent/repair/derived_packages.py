@@ -123,15 +123,15 @@ def requirement_missing(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     except MedicError:
         return []
     said = pip_check(ctx.host, ctx.python)
-    wanted = [m for m in declared.missing if provides(m.name, module) and pip_says(said, declared.name, m.name)]
+    pip_lines = {m: pip_says(said, declared.name, m.name) for m in declared.missing if provides(m.name, module)}
+    wanted = [m for m, line in pip_lines.items() if line]  # pip's own word that it is required and not installed
     if not wanted:
         return []
     step = " ".join([shlex.quote(ctx.python), "-m", "pip", "install", *(shlex.quote(m.pip_spec) for m in wanted)])
     why = (f"{declared.name} {declared.version} imports {module} ({frame.file}:{frame.line}) and declares "
            f"{', '.join(m.pip_spec for m in wanted)}, which is not installed in the target env: install what it "
            "declares (no code patch)")
-    evidence = (f"{frame.file}:{frame.line}: {fault.message[:200]}",
-                *(pip_says(said, declared.name, m.name) or "" for m in wanted))
+    evidence = (f"{frame.file}:{frame.line}: {fault.message[:200]}", *(str(pip_lines[m]) for m in wanted))
     checks = (Check("import", module),)
     patch = env_patch((), rationale=why, origin="derived:host:requirement_missing", evidence=evidence,
                       checks=tuple(c.describe() for c in checks), host_steps=(step,))
