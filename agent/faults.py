@@ -26,6 +26,7 @@ from agent.state import SessionState
 from tools import env_scripts, logs, tracebacks
 from tools.fatal import Fatal, first_fatal
 from tools.fingerprint import normalise_message
+from tools.log_types import Traceback
 from tools.root_cause import explanatory_level
 
 EXCERPT_LINES = 60
@@ -46,7 +47,7 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash", where: Callable[[st
     # a fatal line before (or inside) the root traceback is what killed the process; wrappers and the
     # driver's later errors ("cancelled", "see above") are what it left behind
     if fatal is not None and (root is None or explanatory_level(root) > 0 or fatal.lineno <= root.last_lineno):
-        return fatal_fault(fatal, lines, stage)
+        return fatal_fault(fatal, lines, stage, raised_by(fatal, root))
     if root is None:
         said = interpreter_error(lines)
         if said is not None:  # the interpreter's own one-line death, not the wrapper's last words after it
@@ -132,13 +133,24 @@ def ran_instead(fault: Fault, python: str) -> str | None:
     return f"{exe} ran it, a python that is not the target env's: {python} was meant"
 
 
-def fatal_fault(fatal: Fatal, lines: list[logs.LogLine], stage: FaultStage) -> Fault:
+def raised_by(fatal: Fatal, root: Traceback | None) -> tuple[FrameRef, ...]:
+    """The stack of the Python exception whose own message the fatal line is (torch raises a failed CUDA call as
+    ``torch.AcceleratorError: CUDA error: …``): where the call was made. A kernel's error may surface at a later
+    call, so it is kept as the fault's frames for a repair that proves no kernel could have run (no device)."""
+    said = root.message.splitlines()[0] if root is not None and root.message else ""
+    if fatal.frames or root is None or not said or not fatal.line.endswith(said):
+        return ()
+    return tuple(FrameRef(f.file, f.line, f.func, f.code or "") for f in root.frames)
+
+
+def fatal_fault(fatal: Fatal, lines: list[logs.LogLine], stage: FaultStage,
+                raised: tuple[FrameRef, ...] = ()) -> Fault:
     at = next(i for i, line in enumerate(lines) if line.lineno >= fatal.lineno)
     return Fault(
         stage=stage,
         exc_type=fatal.kind,
         message=fatal.message,
-        frames=tuple(FrameRef(f.file, f.line, f.func, f.code) for f in fatal.frames),
+        frames=raised or tuple(FrameRef(f.file, f.line, f.func, f.code) for f in fatal.frames),
         fingerprint=fatal.key,
         proc=fatal.proc,
         log_excerpt=_excerpt(lines[max(0, at - 5) : at + EXCERPT_LINES - 5]),  # from where it died, not the teardown

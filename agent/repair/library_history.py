@@ -34,14 +34,21 @@ class LaterWord:
         return f"{self.dist} {self.release} {self.rel}:{self.line}: def {name} (changed)"
 
 
-def later_word(ctx: RepairContext, path: str, func: Definition, owner: str | None) -> LaterWord | None:
+@dataclass(frozen=True)
+class Releases:
+    """The installed distribution of a library file, and its later final releases, oldest first."""
+
+    dist: str
+    rel: str  # the file's path inside the package (``vllm/utils/cpu_triton_utils.py``)
+    later: tuple[str, ...]
+
+
+def later_releases(ctx: RepairContext, path: str, most: int = MAX_RELEASES) -> Releases | None:
     module = module_of(ctx, path)
-    src = read_source(ctx, path)
-    if not module or src is None:
+    if not module:
         return None
     package = module.split(".")[0]
     dist = distribution_of(ctx, package) or package
-    rel = path[path.rfind(f"/{package}/") + 1:]
     try:
         installed = version_of(ctx.versions.get(package) or declared_ranges(ctx.host, ctx.python, dist).version)
         times = upload_times(dist)
@@ -50,9 +57,17 @@ def later_word(ctx: RepairContext, path: str, func: Definition, owner: str | Non
     if installed is None:
         return None
     mine = installed
-    later = sorted((v for v in finals(times) if (version_of(v) or mine) > mine),
-                   key=lambda v: version_of(v) or mine)[:MAX_RELEASES]
-    for release in later:
+    later = sorted((v for v in finals(times) if (version_of(v) or mine) > mine), key=lambda v: version_of(v) or mine)
+    return Releases(dist, path[path.rfind(f"/{package}/") + 1:], tuple(later[:most]))
+
+
+def later_word(ctx: RepairContext, path: str, func: Definition, owner: str | None) -> LaterWord | None:
+    src = read_source(ctx, path)
+    releases = later_releases(ctx, path)
+    if src is None or releases is None:
+        return None
+    dist, rel = releases.dist, releases.rel
+    for release in releases.later:
         try:
             text = wheel_member(dist, release, rel.__eq__)
         except SourceError:

@@ -7,7 +7,8 @@ the ones no detector feeds (a moved import; a driver's missing ``__main__`` guar
 its stand-ins included) answer faults that only a run shows. ``ENVIRONMENT_FIRST`` is asked before them and
 answers alone; ``LAST_RESORT`` only when nothing else found a candidate (the packages' own release history:
 slow, it downloads and imports; a failure the library absorbed and warned of before the fatal one; a swap of
-the library's that misses what a module captured at import, which imports the modules it names), and its proof
+the library's that misses what a module captured at import, which imports the modules it names; a stand-in the
+library's later release puts in place of a name whose original fails on this host), and its proof
 that nothing can be done is the stop's message.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
@@ -39,6 +40,7 @@ from agent.repair import (
     derived_members,
     derived_named_option,
     derived_next_release,
+    derived_next_stand_in,
     derived_option_branch,
     derived_overrides,
     derived_packages,
@@ -102,6 +104,8 @@ LAST_RESORT: tuple[tuple[str, Repair], ...] = (
     ("lagging_callee", derived_lagging_callee.lagging_callee),
     # the library swaps a module's name for this host's stand-in after the module handed the original to an object
     ("swap_misses_holder", derived_swap_holders.swap_misses_holder),
+    # the original of a name fails on this host; the library's later release stands its own in for it for good
+    ("next_stand_in", derived_next_stand_in.next_stand_in),
 )
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 
