@@ -62,7 +62,7 @@ def next_stand_in(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     package = ctx.library_package(frame.file) or ""
     src = read_source(ctx, frame.file)
     func = src.enclosing_function(frame.line) if src else None
-    if src is None or func is None or fault.fatal and ask_python(ctx, NO_DEVICE) is not False:
+    if src is None or func is None or (fault.fatal and ask_python(ctx, NO_DEVICE) is not False):
         return []  # a fatal CUDA error may be a kernel's, surfacing at a later call: only where none could run
     failing = [d for d in originals_called(src, func, frame.line)
                if d.split(".")[0] != package and installed_in(raised_in, d.split(".")[0])]
