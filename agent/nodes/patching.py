@@ -41,6 +41,7 @@ from agent.repair.limits_values import refused_value
 from agent.repair.types import Candidate, Fault, RepairContext
 from agent.state import SessionState
 from tools.errors import PatchError
+from tools.fatal import LIBRARY_ERRORS
 from tools.model_folder import architectures
 from tools.patches import ArgEdit, EnvEdit, Patch, apply_patch
 from tools.reverts import revert_stack
@@ -91,7 +92,9 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
                else why_nothing_left(state, len(tried)))
         if fault.fatal:
             why = (f"{fault.proc or 'a process of the job'} died of it, not of a Python exception: "
-                   "no code patch is proposed for it")
+                   "no code patch is proposed for it") if not raised_as_exception(fault) else (
+                   f"{fault.proc or 'a process of the job'} died of it where the call was made, or later (a "
+                   "kernel's error surfaces at a later call): no repair proved that call cannot work on this host")
         if limit is not None:  # what the stop proved: the installed library cannot, whatever the job does
             why = limit.sentence()
         elif not (tried or fault.fatal or deps.engine.stop_reason):  # else at least where the library refused
@@ -251,3 +254,8 @@ def verify_passed(state: SessionState) -> bool:
     pid = proposal["patch"].get("id") if proposal else None
     mine = [v for v in state.get("verifications") or [] if v.get("patch_id") == pid and v["when"] == "before"]
     return all(v["ok"] for v in mine)
+
+
+def raised_as_exception(fault: Fault) -> bool:
+    """A library's error (a CUDA error) that came with the stack of the Python exception it was raised as."""
+    return bool(fault.frames) and fault.exc_type in {kind for _, kind, _ in LIBRARY_ERRORS}

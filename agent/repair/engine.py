@@ -8,7 +8,7 @@ by the caller, so a rejected or failed patch makes way for the next one.
 from __future__ import annotations
 
 from agent.repair.playbooks import Playbook, load_playbooks, playbook_candidates
-from agent.repair.registry import ENVIRONMENT_FIRST, LAST_RESORT, PLAYBOOKS, REPAIRS, Repair, repairs_for
+from agent.repair.registry import ENVIRONMENT_FIRST, FATAL, LAST_RESORT, PLAYBOOKS, REPAIRS, Repair, repairs_for
 from agent.repair.types import Candidate, Fault, NotProven, RepairContext
 from tools.errors import MedicError
 
@@ -22,8 +22,9 @@ class RepairEngine:
 
     def candidates(self, ctx: RepairContext, fault: Fault, *, skip: frozenset[str] = frozenset()) -> list[Candidate]:
         self.notes, self.stop_reason = [], None
-        if fault.fatal:  # a CUDA/NCCL error or a signal: no patch to the code can be proven to cure it
-            return []
+        if fault.fatal:  # a CUDA/NCCL error or a signal: only a repair that proves the call cannot work here
+            return unique([c for name, repair in FATAL for c in self.ask(name, repair, ctx, fault)
+                           if c.patch.id not in skip])
         if fault.finding is None:  # an environment's package fault is answered alone: no code patch beside it
             first = [c for name, repair in ENVIRONMENT_FIRST for c in self.ask(name, repair, ctx, fault)]
             if first:

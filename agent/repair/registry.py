@@ -107,6 +107,9 @@ LAST_RESORT: tuple[tuple[str, Repair], ...] = (
     # the original of a name fails on this host; the library's later release stands its own in for it for good
     ("next_stand_in", derived_next_stand_in.next_stand_in),
 )
+# The only repairs asked of a fatal fault (a CUDA error, a signal): each proves for itself that the call that raised
+# cannot work on this host (no device, so no kernel's error could have surfaced there), or proposes nothing.
+FATAL: tuple[tuple[str, Repair], ...] = (("next_stand_in", derived_next_stand_in.next_stand_in),)
 PLAYBOOKS = "playbooks"  # a finding a known signature answers (agent/repair/playbooks.py)
 
 

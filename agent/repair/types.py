@@ -92,7 +92,8 @@ class Fault:
     # files of the fixable code the job's driver reaches (the scan's list): where a repair looks when the fault
     # has no traceback to point at (a wrong output); set by the validator
     reach: tuple[str, ...] = ()
-    # the process died of something that is not a Python exception (tools/fatal.py): no code patch is proposed
+    # the process died of something that is not a Python exception (tools/fatal.py), or of a CUDA error torch raised
+    # as one (its frames kept): only a repair that proves the call cannot work on this host is asked (registry FATAL)
     fatal: bool = False
     output: OutputFacts | None = None  # a wrong output: what medic's own check measured in it
     # what the run logged at WARNING level before it died, oldest first: a failure the library absorbed (it warned
