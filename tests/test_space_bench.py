@@ -14,7 +14,7 @@ from agent.readers.postmortem_summary import FaultView
 from bench.space import declared_conflict, newest_rows
 from bench.space_disk import room_for_a_pair, sweep
 from bench.space_judge import side_of
-from bench.space_necessity import at_offset, backwards, target_without
+from bench.space_necessity import at_offset, backwards, rewrite_files, take_off, target_without
 from bench.space_pair import Pair
 from bench.space_registry import Release, requires, torch_pin
 from bench.space_report import totals
@@ -63,15 +63,33 @@ def test_a_kept_patch_under_a_later_one_comes_off_where_its_lines_now_stand() ->
         at_offset(second + second, undo)
 
 
+def test_a_patch_a_later_one_edits_inside_comes_off_with_it_and_both_go_back(tmp_path) -> None:
+    """The later patch changed lines the first one added (a member given to a stand-in the first one carried in):
+    the first does not come off alone, so the two come off together, latest first, and go back the other way."""
+    path = tmp_path / "cpu_worker.py"
+    pristine = "import os\n"
+    first = "class _Stream:\n    pass\n\nimport os\n"
+    second = first.replace("    pass\n", "    def wait_event(self): pass\n")
+    path.write_text(second)
+    kept = [{"patch": {"id": "a", "files": [{"path": str(path), "diff": unified_diff(str(path), pristine, first)}]}},
+            {"patch": {"id": "b", "files": [{"path": str(path), "diff": unified_diff(str(path), first, second)}]}}]
+    group = take_off(kept, kept[0])
+    assert [g["patch"]["id"] for g in group] == ["b", "a"] and path.read_text() == pristine
+    for taken in reversed(group):
+        rewrite_files(taken["patch"]["files"], forward=True)
+    assert path.read_text() == second
+    assert [g["patch"]["id"] for g in take_off(kept, kept[1])] == ["b"] and path.read_text() == first
+
+
 def test_a_change_left_out_is_only_that_one_the_others_stay_on_the_commands() -> None:
     target = Target(python="/v/bin/python", workdir="/w", command=["python", "client.py"],
                     server_command=["vllm", "serve", "m", "--port", "{port}"], env={"A": "1"})
     kept = [{"patch": {"id": "arg-1", "args": [{"option": "--no-enable-chunked-prefill", "value": None,
                                                "command": "server"}]}},
             {"patch": {"id": "env-1", "env": [{"var": "B", "action": "set", "value": "2"}]}}]
-    without_arg = target_without(target, kept, "arg-1")
+    without_arg = target_without(target, kept, {"arg-1"})
     assert without_arg.server_command == target.server_command and without_arg.env == {"A": "1", "B": "2"}
-    without_env = target_without(target, kept, "env-1")
+    without_env = target_without(target, kept, {"env-1"})
     assert without_env.server_command == [*target.server_command, "--no-enable-chunked-prefill"]
     assert without_env.env == {"A": "1"} and without_env.command == target.command
 
