@@ -49,6 +49,7 @@ class Rebinding:
     rel: str  # the rebinding module's path in the package
     src: Source
     importer: str  # the importing module's path in the package
+    installed_at: str  # where the installed library itself rebinds the name (``path:line``)
 
 
 def next_stand_in(ctx: RepairContext, fault: Fault) -> list[Candidate]:
@@ -76,9 +77,9 @@ def next_stand_in(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         if text is None:
             continue
         why = (f"{src.line(frame.line).strip()} fails inside {name.split('.')[0]} on this host; the installed "
-               f"{package} rebinds {name} only for a while, and {found.dist} {found.release} rebinds it for good in "
-               f"{found.rel}, which {found.importer} imports first: carry that release's stand-in into the "
-               f"installed {found.importer}")
+               f"{package} stands something in for {name} elsewhere ({found.installed_at}), not where this call "
+               f"runs, and {found.dist} {found.release} rebinds it for good in {found.rel}, which {found.importer} "
+               f"imports first: carry that release's stand-in into the installed {found.importer}")
         return [candidate(ctx, {target.path: text}, origin=ORIGIN, rationale=why,
                           evidence=[evidence_line(frame.file, frame.line, src.line(frame.line)),
                                     f"{found.dist} {found.release} {found.rel}: {name} = … (module level)"])]
@@ -123,7 +124,7 @@ def later_rebinding(ctx: RepairContext, package: str, path: str, name: str) -> R
             module = rel.removesuffix(".py").replace("/", ".")
             importer = next((r for r, t in texts.items() if imports_module(t, module)), None)
             if importer:
-                return Rebinding(releases.dist, release, rel, later, importer)
+                return Rebinding(releases.dist, release, rel, later, importer, f"{hits[0].path}:{hits[0].lineno}")
     return None
 
 
