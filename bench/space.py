@@ -22,7 +22,8 @@ medic commit each ran at) and bench/RESULTS-space.md (the table and the totals);
 commit is skipped, so the bench resumes where it stopped. A pair's lab is removed after its run unless --keep
 (never the labs the tests use; torch is shared by hard links through each family's base venv).
 Last line: ``pairs=N installable=I verified=V honest_stops=H wrong=W needless=X false_success=F
-target_launches_mean=… naive_launches_mean=…`` (then ``untried=U``: pairs not run yet).
+target_launches_mean=… naive_launches_mean=…`` (then ``untried=U``: pairs not run yet; ``extractable=E``: the pairs
+whose vLLM runner does not refuse the job itself, and ``verified_of_extractable``, the share of them verified).
 """
 
 from __future__ import annotations
