@@ -13,6 +13,7 @@ from typing import Any
 from agent.outcomes import NO_REASON
 from agent.readers.postmortem_server import server_counts
 from agent.readers.postmortem_summary import FaultView, PatchView, summarize
+from agent.readers.replay import replay
 from agent.readers.tracefile import read_trace
 from bench.space_pair import Pair
 from lab.build import LabPaths
@@ -89,7 +90,22 @@ def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict
         "faults": [{"stage": f.stage, "when": f.when, "side": side_of(f),
                     "line": f.summary.strip().splitlines()[0][:200] if f.summary.strip() else ""} for f in s.faults],
         "kept": [{"id": p.id, "origin": p.origin, "env": is_env_change(p), "files": p.files} for p in kept],
+        "replay": replays(trace_path),
     }
+
+
+def replays(trace_path: Path) -> dict[str, str]:
+    """Each session recorded for the pair — its own, and the necessity oracle's — replayed with no host and no
+    model: its name and ``exact``, or where the replay left the recorded decisions."""
+    out: dict[str, str] = {}
+    for path in [trace_path, *sorted(trace_path.parent.glob(f"{trace_path.stem}-without-*.jsonl"))]:
+        try:
+            result = replay(path)
+        except Exception as err:  # a trace replay cannot read is the oracle's finding, not the bench's end
+            out[path.stem] = f"replay failed: {type(err).__name__}: {err}"[:300]
+            continue
+        out[path.stem] = "exact" if result.exact else (result.first_divergence or result.stopped or "?")[:300]
+    return out
 
 
 def lab_checker(flavour: str, copy: Path) -> subprocess.CompletedProcess[str]:

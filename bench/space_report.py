@@ -49,7 +49,8 @@ def totals(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> str:
             f"false_success={sum(bool(r.get('false_success')) for r in rows)} "
             f"target_launches_mean={mean([r['target_launches'] for r in launched])} "
             f"naive_launches_mean={mean([r['naive_launches'] for r in launched])} untried={untried} "
-            f"extractable={extractable} verified_of_extractable={share}")
+            f"extractable={extractable} verified_of_extractable={share} "
+            f"replay_inexact={sum(any(v != 'exact' for v in (r.get('replay') or {}).values()) for r in rows)}")
 
 
 def row_cells(pair: Pair, r: dict[str, Any]) -> list[object]:
