@@ -50,6 +50,7 @@ def totals(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> str:
             f"target_launches_mean={mean([r['target_launches'] for r in launched])} "
             f"naive_launches_mean={mean([r['naive_launches'] for r in launched])} untried={untried} "
             f"extractable={extractable} verified_of_extractable={share} "
+            f"replayed={sum(bool(r.get('replay')) for r in rows)} "
             f"replay_inexact={sum(any(v != 'exact' for v in (r.get('replay') or {}).values()) for r in rows)}")
 
 

@@ -102,7 +102,7 @@ def test_the_totals_line_counts_only_what_ran() -> None:
     line = totals(pairs, results)
     assert line.startswith("pairs=3 installable=1 verified=1 honest_stops=0 wrong=0 needless=0 false_success=0 ")
     assert "target_launches_mean=2.00 naive_launches_mean=4.00 untried=1" in line
-    assert line.endswith("extractable=1 verified_of_extractable=100% replay_inexact=0")
+    assert line.endswith("extractable=1 verified_of_extractable=100% replayed=0 replay_inexact=0")
     # the runner's own refusal (an honest stop on vLLM's side) leaves the pair out of the share; a stop elsewhere not
     results["0.3.0:0.20.2"] = {"outcome": "no_repair", "honest_stop": True, "wrong": [], "needless": [],
                                "faults": [{"side": "vLLM", "line": "AssertionError: spec decode is not supported."}]}
@@ -110,7 +110,7 @@ def test_the_totals_line_counts_only_what_ran() -> None:
     results["0.3.0:0.20.2"]["faults"][0]["side"] = "speculators"
     assert "extractable=2 verified_of_extractable=50%" in totals(pairs, results)
     results["0.3.0:0.20.2"]["replay"] = {"space-0.3.0_0.20.2": "exact", "space-0.3.0_0.20.2-without-ab": "launch 1"}
-    assert totals(pairs, results).endswith("replay_inexact=1")
+    assert totals(pairs, results).endswith("replayed=1 replay_inexact=1")
 
 
 def test_a_helper_package_raising_for_its_caller_is_not_the_side() -> None:
