@@ -15,7 +15,8 @@ the verdict. Then, per installable pair, on a private pristine copy: medic unatt
 own check), no LLM; a host step medic asks for is carried out by the bench (it plays the person) and counted;
 then the lab's own checker, independently, on what medic verified; and for verified pairs (by default the first
 of each vLLM minor release) the necessity oracle (bench/space_necessity.py): each kept change left out in turn, one
-more launch — a change the output verifies without is needless, and counts as wrong.
+more launch — a change the output verifies without is needless, and counts as wrong; and the replay oracle: every
+session recorded for the pair (its own, the necessity oracle's) replayed with no host and no model, exact or not.
 
 Results are written after every pair to bench/space-results.json (machine-readable, keyed by pair, with the
 medic commit each ran at) and bench/RESULTS-space.md (the table and the totals); a pair already run at this
