@@ -28,9 +28,14 @@ SHAPE = {**TINY, "head_dim": HEAD_DIM, "max_position_embeddings": 2048, "tie_wor
 EXPERTS = {"num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "n_shared_experts": 1,
            "num_experts_per_tok": 2, "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}
-# multi-head latent attention (DeepSeek): the query/key head is nope + rope = 64, the value head 64
-LATENT = {"kv_lora_rank": 64, "q_lora_rank": None, "qk_rope_head_dim": 32, "qk_nope_head_dim": 32,
+# multi-head latent attention (DeepSeek): DeepSeek's own latent and rope widths (512 + 64), the one head size vLLM's
+# CPU MLA backend takes (AMXMLABackend.get_supported_head_sizes: [576]); the heads themselves stay small
+LATENT = {"kv_lora_rank": 512, "q_lora_rank": None, "qk_rope_head_dim": 64, "qk_nope_head_dim": 64,
           "v_head_dim": HEAD_DIM}
+# what a family's published checkpoints say and transformers' config class does not write: DeepSeek-V3's router is
+# always the bias-corrected one in transformers (it saves ``e_score_correction_bias``), which vLLM builds only for
+# ``topk_method: noaux_tc``, as deepseek-ai/DeepSeek-V3's config.json says
+CHECKPOINT_SAYS = {"deepseek_v3": {"topk_method": "noaux_tc"}}
 
 
 def fail(message: str, code: int) -> int:
@@ -53,7 +58,7 @@ def tiny_config(cls, bos: int, eos: int):
     defaults = config_cls()
     wanted = {**SHAPE, **EXPERTS, **LATENT, "bos_token_id": bos, "eos_token_id": eos}
     fields = {k: v for k, v in wanted.items() if hasattr(defaults, k)}
-    config = config_cls(**fields)
+    config = config_cls(**fields, **CHECKPOINT_SAYS.get(getattr(defaults, "model_type", ""), {}))
     config.architectures = [cls.__name__]
     return config
 
