@@ -38,6 +38,7 @@ from agent.outcomes import NO_REASON
 from agent.patch_records import CheckData, FaultData, KeptPatch
 from agent.repair.limits import InterfaceLimit, guard_of, limit_for, own_refusal
 from agent.repair.limits_values import refused_value
+from agent.repair.limits_weights import unbuilt_weight
 from agent.repair.types import Candidate, Fault, RepairContext
 from agent.state import SessionState
 from tools.errors import PatchError
@@ -99,7 +100,7 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
             why = limit.sentence()
         elif not (tried or fault.fatal or deps.engine.stop_reason):  # else at least where the library refused
             ctx = deps.context(state)
-            why = own_refusal(ctx, fault) or refused_value(ctx, fault) or why
+            why = own_refusal(ctx, fault) or refused_value(ctx, fault) or model_disagrees(deps, ctx, fault) or why
         if predicted(state.get("fault")) and limit is None:  # a prediction, not a failure: the runs will tell
             asked = launch_question(state)
             if asked is not None:  # but a person said no to its repair: launching into it is theirs to say
@@ -126,6 +127,12 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
                                         "args": [ArgEdit.model_validate(a).describe()
                                                  for a in proposal["patch"].get("args") or []]})
     return {**progress, "proposal": proposal}
+
+
+def model_disagrees(deps: Deps, ctx: RepairContext, fault: Fault) -> str | None:
+    """The model folder's checkpoint holds a weight its own config tells the library not to build."""
+    folder = job_model_folder(deps.config.target, deps.host) if fault.exc_type.endswith("KeyError") else None
+    return unbuilt_weight(ctx, fault, folder.path if folder else None)
 
 
 def library_limit(state: SessionState, deps: Deps, fault: Fault) -> InterfaceLimit | None:
