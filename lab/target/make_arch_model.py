@@ -30,8 +30,8 @@ EXPERTS = {"num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "n_s
            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}
 # multi-head latent attention (DeepSeek): DeepSeek's own latent and rope widths (512 + 64), the one head size vLLM's
 # CPU MLA backend takes (AMXMLABackend.get_supported_head_sizes: [576]); the heads themselves stay small
-LATENT = {"kv_lora_rank": 512, "q_lora_rank": None, "qk_rope_head_dim": 64, "qk_nope_head_dim": 64,
-          "v_head_dim": HEAD_DIM}
+# (the query's own low rank stays each class's default: MiniCPM3's attention needs one, DeepSeek takes either)
+LATENT = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 64, "v_head_dim": HEAD_DIM}
 # what a family's published checkpoints say and transformers' config class does not write: DeepSeek-V3's router is
 # always the bias-corrected one in transformers (it saves ``e_score_correction_bias``), which vLLM builds only for
 # ``topk_method: noaux_tc``, as deepseek-ai/DeepSeek-V3's config.json says
