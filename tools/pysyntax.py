@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import threading
+from types import CodeType
 
 _ONE_AT_A_TIME = threading.Lock()
 
@@ -31,3 +32,9 @@ def check_compiles(source: str, filename: str) -> None:
     """Raise SyntaxError (or ValueError for a NUL byte) where ``source`` does not compile; nothing is run."""
     with _ONE_AT_A_TIME:
         compile(source, filename, "exec", dont_inherit=True)
+
+
+def compile_expression(tree: ast.expr, filename: str = "<expression>") -> CodeType:
+    """The code object of an expression's tree (to ``eval``)."""
+    with _ONE_AT_A_TIME:
+        return compile(ast.Expression(tree), filename, "eval", dont_inherit=True)

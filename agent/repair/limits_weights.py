@@ -20,6 +20,7 @@ from agent.repair.limits import in_library, installed_version, library_of
 from agent.repair.types import Fault, RepairContext
 from tools.errors import MedicError
 from tools.host import read_text
+from tools.pysyntax import compile_expression
 
 KEY = re.compile(r"^'(?P<key>[\w.]+)'$")
 SAFE = {"getattr": getattr, "hasattr": hasattr, "isinstance": isinstance, "str": str, "int": int, "None": None}
@@ -56,9 +57,10 @@ def guarded_weights(tree: ast.AST, attr: str) -> list[tuple[ast.expr, int]]:
         if not isinstance(node, ast.If):
             continue
         for stmt in node.body:
-            made = stmt.value if isinstance(stmt, ast.Assign) else None
-            named = [t for t in stmt.targets if isinstance(t, ast.Attribute) and t.attr == attr] if made else []
-            if named and isinstance(made, ast.Call) and callee(made).endswith("Parameter"):
+            if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
+                continue
+            named = [t for t in stmt.targets if isinstance(t, ast.Attribute) and t.attr == attr]
+            if named and callee(stmt.value).endswith("Parameter"):
                 found.append((node.test, stmt.lineno))
     return found
 
@@ -84,7 +86,7 @@ def holds(test: ast.expr, config: dict[str, object]) -> bool | None:
     if not config_fields(test):
         return None
     try:  # the installed library's own expression, with nothing but the config and a few builtins in reach
-        value = eval(compile(ast.Expression(test), "<guard>", "eval"), {"__builtins__": {}},
+        value = eval(compile_expression(test, "<guard>"), {"__builtins__": {}},
                      {**SAFE, "config": types.SimpleNamespace(**config)})
     except Exception:  # it reads a name or does a thing this cannot: not proven
         return None
