@@ -166,8 +166,8 @@ def ported(found: Rebinding, target: Source, used: set[str]) -> str | None:
         if not more:
             break
         wanted |= more
-    free = {r for d in wanted for r in reads(defs[d])} | {n.split(".")[0] for n in used if any(
-        dotted_name(s.targets[0]) == n for s in stmts)}
+    free = {r for d in wanted for r in reads(defs[d])} | {(dotted_name(s.targets[0]) or "").split(".")[0]
+                                                          for s in stmts}
     imports = [n for n in later.tree.body if (isinstance(n, ast.Import) or (isinstance(n, ast.ImportFrom)
                and n.level == 0)) and bound_by(n) & free]
     unresolved = free - wanted - set().union(*(bound_by(n) for n in imports)) - set(dir(builtins))
