@@ -26,7 +26,7 @@ from agent.state import SessionState
 from tools import env_scripts, logs, tracebacks
 from tools.fatal import Fatal, first_fatal
 from tools.fingerprint import normalise_message
-from tools.log_types import Traceback
+from tools.log_types import Frame, Traceback
 from tools.root_cause import explanatory_level
 
 EXCERPT_LINES = 60
@@ -60,12 +60,12 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash", where: Callable[[st
         while chain[-1].cause is not None:
             chain.append(chain[-1].cause)
         for link in chain:
-            callers.extend(FrameRef(f.file, f.line, f.func, f.code or "") for f in link.frames)
+            callers.extend(frame_refs(link.frames))
     return Fault(
         stage=stage,
         exc_type=root.exc_type or "UnknownError",
         message=root.message,
-        frames=tuple(FrameRef(f.file, f.line, f.func, f.code or "") for f in root.frames),
+        frames=frame_refs(root.frames),
         caller_frames=tuple(callers),
         fingerprint=logs.fingerprint(root).key,
         proc=root.proc,
@@ -140,7 +140,12 @@ def raised_by(fatal: Fatal, root: Traceback | None) -> tuple[FrameRef, ...]:
     said = root.message.splitlines()[0] if root is not None and root.message else ""
     if fatal.frames or root is None or not said or not fatal.line.endswith(said):
         return ()
-    return tuple(FrameRef(f.file, f.line, f.func, f.code or "") for f in root.frames)
+    return frame_refs(root.frames)
+
+
+def frame_refs(frames: Iterable[Frame]) -> tuple[FrameRef, ...]:
+    """A log's frames as the repair engine takes them."""
+    return tuple(FrameRef(f.file, f.line, f.func, f.code or "") for f in frames)
 
 
 def fatal_fault(fatal: Fatal, lines: list[logs.LogLine], stage: FaultStage,
@@ -150,7 +155,7 @@ def fatal_fault(fatal: Fatal, lines: list[logs.LogLine], stage: FaultStage,
         stage=stage,
         exc_type=fatal.kind,
         message=fatal.message,
-        frames=raised or tuple(FrameRef(f.file, f.line, f.func, f.code) for f in fatal.frames),
+        frames=raised or frame_refs(fatal.frames),
         fingerprint=fatal.key,
         proc=fatal.proc,
         log_excerpt=_excerpt(lines[max(0, at - 5) : at + EXCERPT_LINES - 5]),  # from where it died, not the teardown

@@ -83,7 +83,7 @@ def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok:
     for entry in kept:
         patch = entry["patch"]
         pid = patch["id"]
-        if not patch.get("files") and not patch.get("env") and not patch.get("args"):
+        if not files_of(entry) and not patch.get("env") and not patch.get("args"):
             verdict["unknown"][pid] = "a host step: the host keeps it"
             continue
         group = take_off(kept, entry)
@@ -104,7 +104,7 @@ def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok:
             left = left_running(trace) if trace.exists() else []
             runs.stop_all(LocalHost(), [runs.Run.in_dir(run.run_dir) for run in left])
             for taken in reversed(group):
-                rewrite_files(list(taken["patch"].get("files") or []), forward=True)
+                rewrite_files(files_of(taken), forward=True)
         needless = outcome == "verified" and bool(judged_ok())
         verdict["needless" if needless else "needed"].append(pid)
     return verdict
@@ -114,21 +114,27 @@ def take_off(kept: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str
     """Take ``entry``'s files off: alone, else with every later kept patch of the same files (latest first; they may
     rest on its lines, and without it they have nothing to stand on: the output failing without the group shows it
     needed). The patches taken off, latest first; or why they would not come off (all put back)."""
-    paths = {f["path"] for f in entry["patch"].get("files") or []}
-    later = [k for k in kept[kept.index(entry) + 1:] if paths & {f["path"] for f in k["patch"].get("files") or []}]
+    paths = {f["path"] for f in files_of(entry)}
+    later = [k for k in kept[kept.index(entry) + 1:] if paths & {f["path"] for f in files_of(k)}]
+    groups = [[entry], [*reversed(later), entry]] if later else [[entry]]
     why = ""
-    for group in ([entry], [*reversed(later), entry]) if later else ([entry],):
+    for group in groups:
         done: list[dict[str, Any]] = []
         try:
             for taken in group:
-                rewrite_files(list(taken["patch"].get("files") or []), forward=False)
+                rewrite_files(files_of(taken), forward=False)
                 done.append(taken)
             return group
         except Exception as err:  # any reason it does not apply is the answer
             why = str(err)
             for taken in reversed(done):
-                rewrite_files(list(taken["patch"].get("files") or []), forward=True)
+                rewrite_files(files_of(taken), forward=True)
     return why
+
+
+def files_of(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """A kept patch's file edits (none for an env remedy, an option or a host step)."""
+    return list(entry["patch"].get("files") or [])
 
 
 def target_without(target: Target, kept: list[dict[str, Any]], pids: set[str]) -> Target:

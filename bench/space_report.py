@@ -39,7 +39,7 @@ def totals(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> str:
     # an honest stop at vLLM's own refusal (its CPU runner asserts spec decode off, its config lacks the method): a
     # pair whose runner cannot extract at all; the share verified is of the others (issue 33: ≥ 90 %)
     refused = [r for r in installable if not r.get("verified") and r.get("honest_stop")
-               and (r.get("faults") or [{}])[-1].get("side") in ("vLLM", "server: vLLM")]
+               and stop_side(r) in ("vLLM", "server: vLLM")]
     extractable = len(installable) - len(refused)
     share = f"{verified / extractable:.0%}" if extractable else "-"
     return (f"pairs={len(pairs)} installable={len(installable)} verified={verified} "
@@ -54,6 +54,11 @@ def totals(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> str:
             f"replay_inexact={sum(any(v != 'exact' for v in (r.get('replay') or {}).values()) for r in rows)}")
 
 
+def stop_side(row: dict[str, Any]) -> str:
+    """The side of the last fault a pair met (where a stop ended): "vLLM", "server: the environment", …"""
+    return str((row.get("faults") or [{}])[-1].get("side", "?"))
+
+
 def row_cells(pair: Pair, r: dict[str, Any]) -> list[object]:
     return [pair.key, pair.flavour, pair.torch, r.get("outcome", "?")[:15], r.get("target_launches", "-"),
             r.get("naive_launches", "-"), len(r.get("faults") or []), len(r.get("kept") or []),
@@ -64,8 +69,7 @@ def row_cells(pair: Pair, r: dict[str, Any]) -> list[object]:
 def fault_classes(rows: list[dict[str, Any]]) -> list[str]:
     """Each kept change's origin (the repair's class), and the side of each fault medic stopped at."""
     origins = Counter(k["origin"] for r in rows for k in r.get("kept") or [])
-    stops = Counter((r.get("faults") or [{}])[-1].get("side", "?") for r in rows
-                    if not r.get("verified") and r.get("faults"))
+    stops = Counter(stop_side(r) for r in rows if not r.get("verified") and r.get("faults"))
     lines = ["| repair (origin) | kept in pairs |", "|---|---|"]
     lines += [f"| `{origin}` | {n} |" for origin, n in origins.most_common()]
     lines += ["", "| side of the fault a stop ended at | pairs |", "|---|---|"]

@@ -72,7 +72,7 @@ def next_stand_in(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         target = read_source(ctx, found_path(frame.file, package, found.importer)) if found else None
         if found is None or target is None:
             continue
-        used = names_used(ctx, fault, frame.file) | {name}
+        used = names_used(src, fault) | {name}
         text = ported(found, target, used)
         if text is None:
             continue
@@ -146,10 +146,9 @@ def found_path(path: str, package: str, rel: str) -> str:
     return path[: path.rfind(f"/{package}/") + 1] + rel
 
 
-def names_used(ctx: RepairContext, fault: Fault, path: str) -> set[str]:
+def names_used(src: Source, fault: Fault) -> set[str]:
     """The dotted names the failing module's functions on the failing path read."""
-    src = read_source(ctx, path)
-    funcs = [src.enclosing_function(f.line) for f in fault.frames if f.file == path] if src else []
+    funcs = [src.enclosing_function(f.line) for f in fault.frames if f.file == src.path]
     return {d for func in funcs if func for n in ast.walk(func) if (d := dotted_name(n))}
 
 

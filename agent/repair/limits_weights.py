@@ -26,12 +26,18 @@ KEY = re.compile(r"^'(?P<key>[\w.]+)'$")
 SAFE = {"getattr": getattr, "hasattr": hasattr, "isinstance": isinstance, "str": str, "int": int, "None": None}
 
 
+def missing_key(fault: Fault) -> str | None:
+    """The dotted name a ``KeyError`` quotes (a checkpoint weight's, when the load looked it up)."""
+    said = KEY.match(fault.message.strip()) if fault.exc_type.split(".")[-1] == "KeyError" else None
+    return said["key"] if said else None
+
+
 def unbuilt_weight(ctx: RepairContext, fault: Fault, model_dir: str | None) -> str | None:
     """The stop's sentence when the checkpoint's weight is one the model class does not build under this config."""
-    said = KEY.match(fault.message.strip()) if fault.exc_type.split(".")[-1] == "KeyError" else None
-    if said is None or not model_dir:
+    key = missing_key(fault)
+    if key is None or not model_dir:
         return None
-    attr = said["key"].rsplit(".", 1)[-1]
+    attr = key.rsplit(".", 1)[-1]
     config = folder_config(ctx, model_dir)
     for frame in reversed(fault.frames):
         library = library_of(ctx, frame.file)
@@ -42,7 +48,7 @@ def unbuilt_weight(ctx: RepairContext, fault: Fault, model_dir: str | None) -> s
             read = sorted(config_fields(test))
             gives = ", ".join(f"{name}={config.get(name)!r}" for name in read) or "nothing it reads"
             version = installed_version(ctx, library or "")
-            return (f"the model folder disagrees with itself: its checkpoint holds {said['key']!r}, which "
+            return (f"the model folder disagrees with itself: its checkpoint holds {key!r}, which "
                     f"{library}{' ' + version if version else ''} builds only when `{ast.unparse(test)}` "
                     f"({in_library(library or '', frame.file)}:{line}), and its config.json gives {gives} — the "
                     f"folder is yours: medic changes no model file; save the config the checkpoint was trained "
