@@ -10,6 +10,7 @@ definition of the function, served by range requests as a ~100 MB wheel is read 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from agent.faults import fault_from_log
 from agent.repair.derived_absorbed import ORIGIN, absorbed_failure
 from agent.repair.engine import RepairEngine
-from agent.repair.types import Fault, NotProven, RepairContext
+from agent.repair.types import Fault, FrameRef, NotProven, RepairContext
 from lab.build import LabPaths
 from tests.fixtures_lab import replace_file
 from tests.fixtures_registry import Publish
@@ -124,3 +125,18 @@ def test_a_warning_from_no_failing_question_proposes_nothing(private_lab: LabPat
                             "cause platform detection to fail.",
                             "Triton is installed, but `triton.backends` could not be imported. Disabling Triton."))
     assert absorbed_failure(context(private_lab, tmp_path), fault) == []
+
+
+def test_a_raise_outside_the_package_that_absorbed_is_not_its_consequence(
+        as_shipped: LabPaths, shipped_fault: Fault, registry: Publish, tmp_path: Path) -> None:
+    """The same warnings, but the run died importing a name the library never had, in the caller's own module:
+    no state the library's handler left unset reaches that line, so nothing is proposed and no cause is claimed."""
+    installed = (as_shipped.site_packages() / PLATFORMS).read_text()
+    registry("0.16.0", {PLATFORMS: installed})
+    registry("0.17.0", {PLATFORMS: installed})
+    caller = str(as_shipped.site_packages() / "speculators" / "data_generation" / "vllm_hidden_states_generator.py")
+    fault = dataclasses.replace(
+        shipped_fault, exc_type="ImportError", frames=(FrameRef(caller, 12, "<module>"),),
+        message="cannot import name '_get_kv_cache_groups_uniform_spec' from 'vllm.v1.core.kv_cache_utils'")
+    assert any("The vLLM package was not found" in w for w in fault.warnings)
+    assert absorbed_failure(context(as_shipped, tmp_path), fault) == []

@@ -52,8 +52,11 @@ for raw in dist.requires or ():
     inside = req.specifier.contains(have.version, prereleases=True)
     out.append({"name": req.name, "specifier": str(req.specifier), "installed": have.version, "inside": inside,
                 "modules": modules_of(have)})
-print(json.dumps({"name": dist.metadata["Name"], "version": dist.version, "requires": out, "missing": missing}))
+print(json.dumps({"name": dist.metadata["Name"], "version": dist.version, "requires": out, "missing": missing,
+                  "lines": list(dist.requires or ())}))
 """
+
+REQUIREMENT_NAME = re.compile(r"[\s;<>=!~\[(]")  # what ends the name a Requires-Dist line starts with
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,12 @@ class Declared:
     version: str
     requires: tuple[Requirement, ...]
     missing: tuple[Missing, ...] = ()
+    lines: tuple[str, ...] = ()  # every Requires-Dist line as written, extras' and other platforms' too
+
+    def lines_naming(self, *names: str) -> tuple[str, ...]:
+        """The declared lines that require one of ``names`` (an extra's too: the package's own word on them)."""
+        wanted = {normalize(n) for n in names}
+        return tuple(line for line in self.lines if normalize(REQUIREMENT_NAME.split(line, maxsplit=1)[0]) in wanted)
 
     @property
     def conflicts(self) -> tuple[Requirement, ...]:
@@ -105,7 +114,7 @@ def declared_ranges(host: Host, python: str, distribution: str, timeout: float =
     reqs = tuple(Requirement(r["name"], r["specifier"], r["installed"], r["inside"], tuple(r["modules"]))
                  for r in data["requires"])
     missing = tuple(Missing(m["name"], m["specifier"]) for m in data.get("missing") or ())
-    return Declared(data["name"], data["version"], reqs, missing)
+    return Declared(data["name"], data["version"], reqs, missing, tuple(data.get("lines") or ()))
 
 
 def pip_check(host: Host, python: str, timeout: float = 180.0) -> list[str] | None:

@@ -7,6 +7,8 @@ device type").
 The chain is read, never guessed from wording:
 - the warning's own text is found in the installed library: a logger call inside an ``except`` handler whose
   literal text the logged line holds;
+- the run died in that package's own code: what a handler left unset is that package's state, so only its own
+  code can raise of it (an import of a name the library never had raises in the importer, whatever was absorbed);
 - that handler's ``try`` asks package metadata under a name no distribution here carries, and the environment's
   own ``packages_distributions()`` names the one that does: that question fails here, every time;
 - the repair is the library's own later word on that function: the first later release of the installed
@@ -21,6 +23,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from agent.policy import package_of
 from agent.repair.context import candidate, evidence_line, library_grep, read_source
 from agent.repair.derived_named_option import literal_pieces
 from agent.repair.derived_next_release import Definition
@@ -48,10 +51,13 @@ class Absorbed:
 
 
 def absorbed_failure(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    if fault.finding is not None:
+    if fault.finding is not None or not fault.frames:
         return []
+    died_in = package_of(fault.frames[-1].file)
     for said in reversed(fault.warnings[-MAX_WARNINGS:]):
         for found in warned_from(ctx, said):
+            if package_of(found.path) != died_in:
+                continue
             later = later_candidate(ctx, found)
             if later is not None:
                 return [later]

@@ -2,7 +2,9 @@
 
 - missing attribute or method: the class's installed members; the one whose name shares the most word stems
   and whose signature takes the arguments our call passes is the rename.
-- moved import: where the library defines the name now.
+- moved import: where the library defines the name now. A name no module of the installed library defines is
+  a caller written for another release of it: nothing is proposed, and the stop says so with the caller's own
+  declared requirement on the library.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
+from agent.policy import package_of
 from agent.repair.context import (
     candidate,
     evidence_line,
@@ -18,10 +21,12 @@ from agent.repair.context import (
     read_source,
     rename_score,
 )
+from agent.repair.derived_platform import distribution_of
 from agent.repair.edits import rename_attribute, replace_span
-from agent.repair.types import Candidate, Check, Fault, RepairContext
+from agent.repair.types import Candidate, Check, Fault, NotProven, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
+from tools.requirements import declared_ranges
 
 NO_ATTRIBUTE = re.compile(r"'(?P<cls>\w+)' object has no attribute '(?P<attr>\w+)'")
 CANNOT_IMPORT = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>[\w.]+)'")
@@ -95,28 +100,44 @@ def moved_import(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         places = src_tools.locate_definitions(ctx.host, ctx.python, package, name)
     except MedicError:
         return []
+    importers = [(frame, src, node) for frame in fixable_frames(ctx, fault)
+                 if (src := read_source(ctx, frame.file)) is not None for node in src.tree.body
+                 if isinstance(node, ast.ImportFrom) and node.module == old_module
+                 and any(a.name == name for a in node.names)]
+    if not places and importers:
+        raise NotProven(never_defined(ctx, importers[0][0].file, importers[0][2].lineno, name, old_module))
     places = [p for p in places if p.module != old_module and "." not in p.name]
-    if not places:
+    if not places or not importers:
         return []
     new_module = sorted(places, key=lambda p: (p.module.count("."), p.module))[0].module
-    for frame in fixable_frames(ctx, fault):
-        src = read_source(ctx, frame.file)
-        if src is None:
-            continue
-        for node in src.tree.body:
-            if isinstance(node, ast.ImportFrom) and node.module == old_module and any(
-                a.name == name for a in node.names
-            ):
-                keep = [a for a in node.names if a.name != name]
-                indent = src.indent_of(node.lineno)
-                moved = [a for a in node.names if a.name == name]
-                lines = []
-                if keep:
-                    lines.append(f"{indent}from {old_module} import {', '.join(ast.unparse(a) for a in keep)}")
-                lines.append(f"{indent}from {new_module} import {', '.join(ast.unparse(a) for a in moved)}")
-                text = replace_span(src.text, src.start(node), src.end(node), "\n".join(lines))
-                evidence = [evidence_line(frame.file, node.lineno, src.line(node.lineno)),
-                            f"{places[0].path}:{places[0].start}: {name} is defined in {new_module}"]
-                return [candidate(ctx, {frame.file: text}, origin="derived:moved_import",
-                                  rationale=f"{name} moved from {old_module} to {new_module}", evidence=evidence)]
-    return []
+    frame, src, node = importers[0]
+    keep = [a for a in node.names if a.name != name]
+    indent = src.indent_of(node.lineno)
+    moved = [a for a in node.names if a.name == name]
+    lines = []
+    if keep:
+        lines.append(f"{indent}from {old_module} import {', '.join(ast.unparse(a) for a in keep)}")
+    lines.append(f"{indent}from {new_module} import {', '.join(ast.unparse(a) for a in moved)}")
+    text = replace_span(src.text, src.start(node), src.end(node), "\n".join(lines))
+    evidence = [evidence_line(frame.file, node.lineno, src.line(node.lineno)),
+                f"{places[0].path}:{places[0].start}: {name} is defined in {new_module}"]
+    return [candidate(ctx, {frame.file: text}, origin="derived:moved_import",
+                      rationale=f"{name} moved from {old_module} to {new_module}", evidence=evidence)]
+
+
+def never_defined(ctx: RepairContext, importer: str, line: int, name: str, module: str) -> str:
+    """The stop for a caller importing what the installed library has nowhere, with the caller's declared word."""
+    library = module.split(".")[0]
+    version = f" {ctx.versions[library]}" if ctx.versions.get(library) else ""
+    said = ""
+    caller = package_of(importer)
+    if caller:
+        try:
+            declared = declared_ranges(ctx.host, ctx.python, caller)
+            lines = declared.lines_naming(library, distribution_of(ctx, library) or library)
+            said = f"; {declared.name} {declared.version} declares {', '.join(lines)}" if lines else ""
+        except MedicError:
+            pass
+    return (f"{importer.rsplit('/', 1)[-1]}:{line} imports {name} from {module}, which no module of the installed "
+            f"{library}{version} defines: the caller is written for a release of {library} that has it{said}; medic "
+            f"writes no library code")
