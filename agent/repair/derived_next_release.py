@@ -13,12 +13,11 @@ import ast
 import builtins
 
 from agent.repair.context import candidate, evidence_line, fixable_frames, module_of, read_source
-from agent.repair.derived_history import finals, newest, version_of
-from agent.repair.edits import Source, local_names, replace_span
+from agent.repair.edits import Source, free_names, replace_span
+from agent.repair.releases import later_releases
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.errors import SourceError
-from tools.history import upload_times, wheel_member
-from tools.requirements import declared_ranges
+from tools.history import wheel_member
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -34,11 +33,12 @@ def next_release_function(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             continue
         package = module.split(".")[0]
         owner = src.enclosing_class(frame.line)
+        releases = later_releases(ctx, frame.file, 1)
+        if releases is None or not releases.later:
+            continue
+        following, rel = releases.later[0], releases.rel
         try:
-            declared = declared_ranges(ctx.host, ctx.python, package)
-            following = next_release(declared.name, declared.version)
-            rel = frame.file[frame.file.rfind(f"/{package}/") + 1:]
-            text = wheel_member(declared.name, following, rel.__eq__) if following else None
+            text = wheel_member(releases.dist, following, rel.__eq__)
         except SourceError:
             continue
         newer = Source(rel, text) if text else None
@@ -49,19 +49,13 @@ def next_release_function(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         if text_after is None:
             continue  # it uses names the installed module lacks: more than one function changed
         where = f"{owner.name}.{func.name}" if owner else func.name
-        why = (f"the failure runs through {where} in {package} {declared.version}; {package} {following}, its next "
+        why = (f"the failure runs through {where} in {package} {releases.installed}; {package} {following}, its next "
                f"release, changed that function: take its definition (every name it uses is in the installed "
                f"module)")
         return [candidate(ctx, {frame.file: text_after}, origin="derived:next_release", rationale=why,
                           evidence=[evidence_line(frame.file, frame.line, src.line(frame.line)),
                                     f"{package} {following} {rel}:{changed.lineno}: def {func.name} (changed)"])]
     return []
-
-
-def next_release(name: str, version: str) -> str | None:
-    mine = version_of(version)
-    later = [v for v in finals(upload_times(name)) if mine and (version_of(v) or mine) > mine]
-    return newest(later, oldest=True) if later else None
 
 
 def definition(tree: ast.Module, cls: str | None, name: str) -> Definition | None:
@@ -71,22 +65,6 @@ def definition(tree: ast.Module, cls: str | None, name: str) -> Definition | Non
         owner = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), None)
         body = owner.body if owner else []
     return next((n for n in body if isinstance(n, Definition) and n.name == name), None)
-
-
-def free_names(func: Definition) -> set[str]:
-    """The names ``func`` reads that it does not bind itself (its module must have them)."""
-    args = func.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-    params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-    loads = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    bound = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    # what it imports itself, its ``except … as e`` names and its nested definitions bind names too
-    for node in ast.walk(func):
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ExceptHandler | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            bound |= {node.name} if node.name and node is not func else set()
-    return loads - params - bound - local_names(func)
 
 
 def in_place_of(src: Source, func: Definition, newer: Source, changed: Definition) -> str | None:

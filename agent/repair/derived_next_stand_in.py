@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 from agent.repair.context import candidate, evidence_line, library_grep, read_source
 from agent.repair.derived_platform import ask_python, host_frames
-from agent.repair.edits import Source, assignment_before, dotted_name, replace_span
-from agent.repair.library_history import later_releases
+from agent.repair.edits import Source, assignment_before, dotted_name, free_names, replace_span
+from agent.repair.releases import later_releases
 from agent.repair.types import Candidate, Fault, RepairContext, installed_in
 from tools.errors import SourceError
 from tools.history import wheel_members
@@ -161,11 +161,11 @@ def ported(found: Rebinding, target: Source, used: set[str]) -> str | None:
     defs = {n.name: n for n in later.tree.body if isinstance(n, Definition)}
     wanted = {s.value.id for s in stmts if isinstance(s.value, ast.Name)}
     while True:  # the definitions they reach, transitively
-        more = {r for d in wanted for r in reads(defs[d]) if r in defs} - wanted
+        more = {r for d in wanted for r in free_names(defs[d]) if r in defs} - wanted
         if not more:
             break
         wanted |= more
-    free = {r for d in wanted for r in reads(defs[d])} | {(dotted_name(s.targets[0]) or "").split(".")[0]
+    free = {r for d in wanted for r in free_names(defs[d])} | {(dotted_name(s.targets[0]) or "").split(".")[0]
                                                           for s in stmts}
     imports = [n for n in later.tree.body if (isinstance(n, ast.Import) or (isinstance(n, ast.ImportFrom)
                and n.level == 0)) and bound_by(n) & free]
@@ -178,17 +178,6 @@ def ported(found: Rebinding, target: Source, used: set[str]) -> str | None:
             f"{found.importer} there)\n")
     at = top_position(target)
     return replace_span(target.text, at, at, head + block + "\n# medic: end\n\n")
-
-
-def reads(node: ast.AST) -> set[str]:
-    """The names a definition reads that nothing inside it binds (its parameters, its assignments)."""
-    loads = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-    for func in ast.walk(node):
-        if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            a = func.args
-            bound |= {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x}
-    return loads - bound
 
 
 def bound_by(node: ast.Import | ast.ImportFrom) -> set[str]:

@@ -173,6 +173,25 @@ def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     return names
 
 
+def free_names(node: ast.AST) -> set[str]:
+    """The names a definition reads that nothing inside it binds — its parameters (and those of what it nests), its
+    assignments, its own imports, its ``except … as`` names, what it defines inside: what its module must give it."""
+    loads: set[str] = set()
+    bound: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            (loads if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, ast.Import | ast.ImportFrom):
+            bound |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            a = n.args
+            bound |= {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x}
+        if isinstance(n, ast.ExceptHandler | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name \
+                and n is not node:  # a definition's own name is its module's
+            bound.add(n.name)
+    return loads - bound
+
+
 # -- text edits ----------------------------------------------------------------------------------------
 def replace_span(text: str, start: int, end: int, new: str) -> str:
     return text[:start] + new + text[end:]

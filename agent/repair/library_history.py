@@ -9,15 +9,13 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from agent.repair.context import module_of, read_source
-from agent.repair.derived_history import finals, version_of
+from agent.repair.context import read_source
 from agent.repair.derived_next_release import Definition, definition, in_place_of
-from agent.repair.derived_platform import distribution_of
 from agent.repair.edits import Source
+from agent.repair.releases import later_releases
 from agent.repair.types import RepairContext
 from tools.errors import SourceError
-from tools.history import upload_times, wheel_member
-from tools.requirements import declared_ranges
+from tools.history import wheel_member
 
 MAX_RELEASES = 16  # later releases read, one file of each, before saying none changed the function
 
@@ -34,36 +32,9 @@ class LaterWord:
         return f"{self.dist} {self.release} {self.rel}:{self.line}: def {name} (changed)"
 
 
-@dataclass(frozen=True)
-class Releases:
-    """The installed distribution of a library file, and its later final releases, oldest first."""
-
-    dist: str
-    rel: str  # the file's path inside the package (``vllm/utils/cpu_triton_utils.py``)
-    later: tuple[str, ...]
-
-
-def later_releases(ctx: RepairContext, path: str, most: int = MAX_RELEASES) -> Releases | None:
-    module = module_of(ctx, path)
-    if not module:
-        return None
-    package = module.split(".")[0]
-    dist = distribution_of(ctx, package) or package
-    try:
-        installed = version_of(ctx.versions.get(package) or declared_ranges(ctx.host, ctx.python, dist).version)
-        times = upload_times(dist)
-    except SourceError:
-        return None
-    if installed is None:
-        return None
-    mine = installed
-    later = sorted((v for v in finals(times) if (version_of(v) or mine) > mine), key=lambda v: version_of(v) or mine)
-    return Releases(dist, path[path.rfind(f"/{package}/") + 1:], tuple(later[:most]))
-
-
 def later_word(ctx: RepairContext, path: str, func: Definition, owner: str | None) -> LaterWord | None:
     src = read_source(ctx, path)
-    releases = later_releases(ctx, path)
+    releases = later_releases(ctx, path, MAX_RELEASES)
     if src is None or releases is None:
         return None
     dist, rel = releases.dist, releases.rel
