@@ -30,9 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.config import SessionConfig
 from agent.patch_records import CandidateData
 from tools.errors import UsageError
+from tools.site_dirs import package_of
 
 Decision = Literal["allow", "deny", "ask"]
-SITE_DIRS = ("site-packages", "dist-packages")
 
 
 class Rule(BaseModel):
@@ -84,15 +84,6 @@ class Policy(BaseModel):
         if dup:
             raise ValueError(f"two rules are named {dup!r}; the trace names rules, so names must be unique")
         return rules
-
-
-def package_of(path: str) -> str | None:
-    """The top-level package a file belongs to: the first folder (or module) under site-packages."""
-    parts = path.split("/")
-    for i, part in enumerate(parts[:-1]):
-        if part in SITE_DIRS:
-            return parts[i + 1].removesuffix(".py")
-    return None
 
 
 def load_policy(path: str | Path) -> Policy:

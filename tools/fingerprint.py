@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tools.log_types import Frame, Traceback
+from tools.site_dirs import SITE_DIRS
 
-DEFAULT_LIBRARY_MARKERS = ("site-packages", "dist-packages")
+DEFAULT_LIBRARY_MARKERS = SITE_DIRS
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ import typer
 from agent import store
 from agent.cli.approve import console, print_rows
 from agent.patch_records import CandidateData
-from agent.policy import decide, load_policy, package_of, proposal_files
+from agent.policy import decide, load_policy, proposal_files
 from agent.session_files import load_config
+from tools.site_dirs import package_of
 
 if TYPE_CHECKING:  # langgraph is a quarter second of imports the command never needs
     from langgraph.checkpoint.base import CheckpointTuple

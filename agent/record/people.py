@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
+from tools.site_dirs import below_site
+
 # an absolute path inside free text: starts after a space, quote, bracket or `=`, runs to one of those
 _PATH = re.compile(r"(?<![\w.~/-])/[^\s'\"`,;()\[\]{}<>|]+")
 # `Name(a, b, c, …)`: a signature or call written out with bare parameter names (no values, no nesting)
@@ -73,9 +74,8 @@ class Shortener:
     def path(self, path: str) -> str:
         if self.python and path == self.python:
             return "python"
-        for marker in PACKAGE_DIRS:
-            if marker in path:
-                return path.rsplit(marker, 1)[1] or path
+        if below := below_site(path):
+            return below
         if self.workdir and (path == self.workdir or path.startswith(self.workdir + "/")):
             return "<workdir>" + path[len(self.workdir):]
         if self.home and len(self.home) > 1 and path.startswith(self.home + "/"):

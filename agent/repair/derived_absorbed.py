@@ -23,7 +23,6 @@ import ast
 import re
 from dataclasses import dataclass
 
-from agent.policy import package_of
 from agent.repair.context import candidate, evidence_line, library_grep, read_source
 from agent.repair.derived_named_option import literal_pieces
 from agent.repair.derived_next_release import Definition
@@ -32,6 +31,7 @@ from agent.repair.edits import Source, callee_name
 from agent.repair.library_history import later_word
 from agent.repair.types import Candidate, Fault, NotProven, RepairContext
 from tools.errors import MedicError
+from tools.site_dirs import package_of
 
 ORIGIN = "derived:platform:absorbed_failure"
 LOGGER_CALLS = {"warning", "warn", "warning_once", "warn_once"}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import re
 
-from agent.policy import package_of
 from agent.repair.context import (
     candidate,
     evidence_line,
@@ -27,6 +26,7 @@ from agent.repair.types import Candidate, Check, Fault, NotProven, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
 from tools.requirements import declared_ranges
+from tools.site_dirs import package_of
 
 NO_ATTRIBUTE = re.compile(r"'(?P<cls>\w+)' object has no attribute '(?P<attr>\w+)'")
 CANNOT_IMPORT = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<module>[\w.]+)'")

@@ -30,9 +30,10 @@ from agent.repair.context import candidate, evidence_line, library_grep, read_so
 from agent.repair.derived_platform import ask_python, host_frames
 from agent.repair.edits import Source, assignment_before, dotted_name, free_names, replace_span
 from agent.repair.releases import later_releases
-from agent.repair.types import Candidate, Fault, RepairContext, installed_in
+from agent.repair.types import Candidate, Fault, RepairContext
 from tools.errors import SourceError
 from tools.history import wheel_members
+from tools.site_dirs import installed_in
 
 ORIGIN = "derived:platform:next_stand_in"
 MAX_RELEASES = 4  # later releases whose folder is read (a big wheel: a few range requests a file)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from tools.errors import MedicError
 from tools.host import Host
 from tools.patches import Patch
+from tools.site_dirs import installed_in
 from tools.tracebacks import message_line
 
 
@@ -128,11 +129,6 @@ class Candidate:
     rationale: str
     evidence: tuple[str, ...] = ()
     checks: tuple[Check, ...] = ()
-
-
-def installed_in(path: str, package: str) -> bool:
-    """Whether ``path`` is ``package``'s installed code: a venv's site-packages, or a Debian Python's dist-packages."""
-    return f"/site-packages/{package}/" in path or f"/dist-packages/{package}/" in path
 
 
 @dataclass
