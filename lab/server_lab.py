@@ -34,6 +34,7 @@ from lab.build import (
     wheel_member,
     write_atomic,
 )
+from lab.lab_files import TORCH_COMPANIONS
 from lab.lab_requirements import restore_modified, without
 from lab.server_pairs import (
     HS_CONNECTORS,
@@ -49,9 +50,8 @@ from tools.errors import LabError, UsageError
 
 TORCH_PIN = f"torch=={SERVER_TORCH}+cpu"
 FLAVOUR = "server"
-# torchvision from PyPI does not import beside this torch (`torchvision::nms does not exist`); vLLM serves a text
-# Llama without it. The others follow torch's own build and are not needed to serve or to extract.
-NOT_INSTALLED = ("torch", "torchvision", "torchaudio", "torchcodec", "hs-connectors")
+# torch is the machine's +cpu build; its companions are never installed (lab_files.TORCH_COMPANIONS says why)
+NOT_INSTALLED = ("torch", *TORCH_COMPANIONS, "hs-connectors")
 SERVER_RUN_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
 TARGET_FILES = ("check_server.py", "make_dataset.py")
 
