@@ -81,7 +81,8 @@ def judge(pair: Pair, copy: Path, trace_path: Path, row: dict[str, Any]) -> dict
         naive = len(s.faults) + int(verified)
     return {
         "outcome": "verified" if verified else ("FALSE SUCCESS" if medic_verified else s.outcome),
-        "detail": s.detail.strip().splitlines()[0][:300] if s.detail.strip() else "",
+        # whole: the honesty oracle reads why a stop stopped (the table prints its head)
+        "detail": " ".join(s.detail.split())[:4000],
         "verified": verified, "false_success": medic_verified and not checker_ok, "checker": checker_said[:200],
         "honest_stop": honest, "wrong": sorted(wrong | set(needless)), "needless": needless, "unproven": unproven,
         "needed": (row.get("necessity") or {}).get("needed"), "necessity_unknown": (row.get("necessity") or {}).get(
