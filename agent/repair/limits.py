@@ -160,11 +160,11 @@ def model_without(ctx: RepairContext, interface: str) -> tuple[str, src_tools.Sy
     return None
 
 
-def own_refusal(ctx: RepairContext, fault: Fault) -> str | None:
-    """What a stop with no candidate can say when the library raised the fault itself: the innermost frame is a
-    ``raise`` or an ``assert`` in the library's own code (its words, not Python's), and no repair read a drifted
-    call, member or value on the way there. Where and what, from the traceback; None when the fault ends anywhere
-    else."""
+def own_refusal(ctx: RepairContext, fault: Fault, tried: int = 0) -> str | None:
+    """What a stop can say when the library raised the fault itself: the innermost frame is a ``raise`` or an
+    ``assert`` in the library's own code (its words, not Python's), and no repair read a drifted call, member or
+    value on the way there (or, with ``tried``, those candidates were tried and the refusal stayed). Where and what,
+    from the traceback; None when the fault ends anywhere else."""
     frame = fault.frames[-1] if fault.frames else None
     library = library_of(ctx, frame.file) if frame else None
     verb = {"raise": "raises", "assert": "asserts"}.get(frame.code.strip().split(" ", 1)[0]) if frame else None
@@ -173,8 +173,9 @@ def own_refusal(ctx: RepairContext, fault: Fault) -> str | None:
     version = installed_version(ctx, library)
     where = in_library(library, frame.file)
     return (f"{library}{' ' + version if version else ''} {verb} it itself ({where}:{frame.line} in {frame.func}: "
-            f"`{frame.code.strip()}`), a refusal written in its own code; no derived repair read a drifted call, "
-            "member or value on the way to it, so none is proposed")
+            f"`{frame.code.strip()}`), a refusal written in its own code; "
+            + (f"{tried} candidate patch(es) tried on the way to it failed, and none is left to propose" if tried else
+               "no derived repair read a drifted call, member or value on the way to it, so none is proposed"))
 
 
 def library_of(ctx: RepairContext, path: str) -> str | None:

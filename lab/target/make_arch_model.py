@@ -52,12 +52,15 @@ def model_class(name: str):
     return cls
 
 
-def tiny_config(cls, bos: int, eos: int):
+def tiny_config(cls, bos: int, eos: int, pad: int | None = None):
     """The architecture's own config class, with the lab's shape where it has the field."""
     config_cls = cls.config_class
     defaults = config_cls()
     wanted = {**SHAPE, **EXPERTS, **LATENT, "bos_token_id": bos, "eos_token_id": eos}
     fields = {k: v for k, v in wanted.items() if hasattr(defaults, k)}
+    own_pad = getattr(defaults, "pad_token_id", None)
+    if isinstance(own_pad, int) and own_pad >= TINY["vocab_size"]:  # the family's pad id, beyond the tiny vocabulary
+        fields["pad_token_id"] = pad  # (Phi-3's 32000, GLM's 151329): the tokenizer's own, or none
     config = config_cls(**fields, **CHECKPOINT_SAYS.get(getattr(defaults, "model_type", ""), {}))
     config.architectures = [cls.__name__]
     return config
@@ -101,7 +104,7 @@ def main() -> int:
 
     os.makedirs(args.out_dir, exist_ok=True)
     fast = build_tokenizer(args.out_dir, TINY["vocab_size"])
-    config = tiny_config(cls, fast.bos_token_id, fast.eos_token_id)
+    config = tiny_config(cls, fast.bos_token_id, fast.eos_token_id, fast.pad_token_id)
     torch.manual_seed(args.seed)
     model = cls(config).to(torch.bfloat16)
     model.save_pretrained(args.out_dir, safe_serialization=True)
