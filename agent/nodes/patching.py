@@ -38,7 +38,7 @@ from agent.outcomes import NO_REASON
 from agent.patch_records import CheckData, FaultData, KeptPatch
 from agent.repair.limits import InterfaceLimit, guard_of, limit_for, own_refusal
 from agent.repair.limits_values import refused_value
-from agent.repair.limits_weights import missing_key, unbuilt_weight
+from agent.repair.limits_weights import config_field, missing_key, unbuilt_weight, unset_field
 from agent.repair.types import Candidate, Fault, RepairContext
 from agent.state import SessionState
 from tools.errors import PatchError
@@ -132,9 +132,12 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
 
 
 def model_disagrees(deps: Deps, ctx: RepairContext, fault: Fault) -> str | None:
-    """The model folder's checkpoint holds a weight its own config tells the library not to build."""
-    folder = job_model_folder(deps.config.target, deps.host) if missing_key(fault) else None  # read only then
-    return unbuilt_weight(ctx, fault, folder.path if folder else None)
+    """The model folder's checkpoint holds a weight its own config tells the library not to build, or its config
+    lacks a field the library's model class reads."""
+    asks = missing_key(fault) or config_field(fault)
+    folder = job_model_folder(deps.config.target, deps.host) if asks else None  # read only then
+    path = folder.path if folder else None
+    return unbuilt_weight(ctx, fault, path) or unset_field(ctx, fault, path)
 
 
 def library_limit(state: SessionState, deps: Deps, fault: Fault) -> InterfaceLimit | None:

@@ -11,6 +11,7 @@ only when the condition, read from the installed source and evaluated on the fol
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import re
 import types
@@ -23,6 +24,8 @@ from tools.host import read_text
 from tools.pysyntax import compile_expression
 
 KEY = re.compile(r"^'(?P<key>[\w.]+)'$")
+CONFIG_ATTR = re.compile(r"^'(?P<cls>\w*Config)' object has no attribute '(?P<field>\w+)'")
+MODULE_WEIGHTS = ("weight", "bias")  # what a module (a norm, a linear layer) registers itself
 SAFE = {"getattr": getattr, "hasattr": hasattr, "isinstance": isinstance, "str": str, "int": int, "None": None}
 
 
@@ -32,17 +35,23 @@ def missing_key(fault: Fault) -> str | None:
     return said["key"] if said else None
 
 
+def config_field(fault: Fault) -> tuple[str, str] | None:
+    """The config class and the field an ``AttributeError`` says it lacks."""
+    said = CONFIG_ATTR.match(fault.message.strip()) if fault.exc_type.split(".")[-1] == "AttributeError" else None
+    return (said["cls"], said["field"]) if said else None
+
+
 def unbuilt_weight(ctx: RepairContext, fault: Fault, model_dir: str | None) -> str | None:
     """The stop's sentence when the checkpoint's weight is one the model class does not build under this config."""
     key = missing_key(fault)
     if key is None or not model_dir:
         return None
-    attr = key.rsplit(".", 1)[-1]
     config = folder_config(ctx, model_dir)
     for frame in reversed(fault.frames):
         library = library_of(ctx, frame.file)
         src = read_source(ctx, frame.file) if library else None
-        for test, line in guarded_weights(src.tree, attr) if src else []:
+        for test, line in guarded_weights(src.tree, key) if src else []:
+            test = with_own_attributes(src.tree, test, line) if src else test
             if config is None or holds(test, config) is not False:
                 continue
             read = sorted(config_fields(test))
@@ -56,8 +65,36 @@ def unbuilt_weight(ctx: RepairContext, fault: Fault, model_dir: str | None) -> s
     return None
 
 
-def guarded_weights(tree: ast.AST, attr: str) -> list[tuple[ast.expr, int]]:
-    """Each ``if <test>:`` whose own body makes a parameter named ``attr`` (``….attr = nn.Parameter(…)``)."""
+def unset_field(ctx: RepairContext, fault: Fault, model_dir: str | None) -> str | None:
+    """The stop's sentence when the library's model class reads a config field the model folder's config.json does
+    not give and its config class has no default for (``'HunYuanMoEV1Config' object has no attribute
+    'moe_intermediate_size'``), read at the failing line of a library frame."""
+    said = config_field(fault)
+    config = folder_config(ctx, model_dir) if said and model_dir else None
+    if said is None or config is None or said[1] in config:
+        return None
+    config_class, field = said
+    for frame in reversed(fault.frames):
+        library = library_of(ctx, frame.file)
+        src = read_source(ctx, frame.file) if library else None
+        if src is None or not any(isinstance(n, ast.Attribute) and n.attr == field and n.lineno == frame.line
+                                  and "config" in ast.unparse(n.value).lower() for n in ast.walk(src.tree)):
+            continue
+        version = installed_version(ctx, library or "")
+        where = f"{in_library(library or '', frame.file)}:{frame.line}: `{src.line(frame.line).strip()}`"
+        return (f"the model folder does not fit the model class: {library}{' ' + version if version else ''} reads "
+                f"config.{field} ({where}), which the folder's config.json does not give and {config_class} has no "
+                f"default for — the folder is yours: medic changes no model file; save the config the checkpoint "
+                f"was trained with (it names {field}), or use a {library} whose model class reads what this folder "
+                f"gives")
+    return None
+
+
+def guarded_weights(tree: ast.AST, key: str) -> list[tuple[ast.expr, int]]:
+    """Each ``if <test>:`` whose own body makes the weight ``key`` names: a parameter of its last name
+    (``….bias = nn.Parameter(…)``), or the module of the name before a module's own ``weight``/``bias``
+    (``self.key_layernorm = RMSNorm(…)``)."""
+    names = key.split(".")
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.If):
@@ -65,10 +102,34 @@ def guarded_weights(tree: ast.AST, attr: str) -> list[tuple[ast.expr, int]]:
         for stmt in node.body:
             if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
                 continue
-            named = [t for t in stmt.targets if isinstance(t, ast.Attribute) and t.attr == attr]
-            if named and callee(stmt.value).endswith("Parameter"):
+            made = {t.attr for t in stmt.targets if isinstance(t, ast.Attribute)}
+            parameter = names[-1] in made and callee(stmt.value).endswith("Parameter")
+            module = len(names) > 1 and names[-1] in MODULE_WEIGHTS and names[-2] in made
+            if parameter or module:
                 found.append((node.test, stmt.lineno))
     return found
+
+
+def with_own_attributes(tree: ast.AST, test: ast.expr, line: int) -> ast.expr:
+    """``test`` with each ``self.X`` it reads replaced by what the enclosing class assigned it before ``line``
+    (``self.use_qk_norm = getattr(config, "use_qk_norm", False)``): the condition as the config decides it."""
+    owner = next((c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                  and c.lineno <= line <= (c.end_lineno or c.lineno)), None)
+    if owner is None:
+        return test
+    given: dict[str, ast.expr] = {}
+    for stmt in ast.walk(owner):
+        if isinstance(stmt, ast.Assign) and stmt.lineno < line and len(stmt.targets) == 1:
+            target = stmt.targets[0]
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+                given[target.attr] = stmt.value
+
+    class Given(ast.NodeTransformer):
+        def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
+            own = isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in given
+            return given[node.attr] if own else self.generic_visit(node)  # type: ignore[return-value]
+
+    return Given().visit(copy.deepcopy(test))
 
 
 def callee(call: ast.Call) -> str:
