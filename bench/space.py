@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
 
 from packaging.version import Version  # noqa: E402
 
-from bench.space_disk import claim_work, room_for_a_pair, sweep  # noqa: E402
+from bench.space_disk import claim_work, interrupted, room_for_a_pair, sweep  # noqa: E402
 from bench.space_pair import Pair  # noqa: E402
 from bench.space_registry import Release, releases, requires, torch_pin, wheel_facts  # noqa: E402
 from bench.space_report import RESULTS_JSON, load_results, write_reports  # noqa: E402
@@ -200,10 +200,6 @@ def newest_rows(mine: dict[str, dict[str, Any]], on_disk: dict[str, dict[str, An
         if str(row.get("at", "")) > str(out.get(key, {}).get("at", "")):
             out[key] = row
     return out
-
-
-def interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import argparse
 import ast
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.space_arch_report import RESULTS_JSON, load_results, record  # noqa: E402
-from bench.space_disk import claim_work, sweep  # noqa: E402
+from bench.space_disk import claim_work, interrupted, sweep  # noqa: E402
 from bench.space_run import Pair, medic_on_copy, private_copy  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabPaths, Variant  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or claim_work()  # marked: a killed bench's folder is removed by the next bench's sweep
     work.mkdir(parents=True, exist_ok=True)
     os.nice(10)  # a background bench: the machine's other work goes first
+    signal.signal(signal.SIGTERM, interrupted)  # `kill` stops it as Ctrl-C does: the run in flight is ended
     here = commit()
     items = [item for flavour in args.flavour or FLAVOURS for item in plan(flavour, only, args.unsupported, work)]
     if only and not items:

@@ -85,3 +85,8 @@ def room_for_a_pair(floor_gb: float) -> str | None:
         return None
     return (f"stopping: {free:.0f} GB free under {LABS_ROOT}, and a pair may take ~15 GB; the bench keeps "
             f"{floor_gb:.0f} GB for the machine's other work (--min-free-gb)")
+
+
+def interrupted(signum: int, frame: object) -> None:
+    """A bench's SIGTERM handler: `kill` stops it as Ctrl-C does, so the run in flight is ended, not left up."""
+    raise KeyboardInterrupt(f"signal {signum}")
