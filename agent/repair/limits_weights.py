@@ -6,6 +6,10 @@ vLLM's DeepSeek MoE block makes ``gate.e_score_correction_bias`` only ``if getat
 ``KeyError: 'layers.1.mlp.gate.e_score_correction_bias'``. The model folder is the user's: no change medic may make
 reaches it. The stop names the line that builds the weight, its condition, and what the config gives; it is claimed
 only when the condition, read from the installed source and evaluated on the folder's own config, is false.
+
+The folder may also not fit the model class at all: the class reads a config field the folder's ``config.json`` does
+not give and its config class has no default for (``'HunYuanMoEV1Config' object has no attribute
+'moe_intermediate_size'``): claimed only where a library frame's failing line reads that field from a config.
 """
 
 from __future__ import annotations
@@ -117,9 +121,9 @@ def with_own_attributes(tree: ast.AST, test: ast.expr, line: int) -> ast.expr:
                   and c.lineno <= line <= (c.end_lineno or c.lineno)), None)
     if owner is None:
         return test
-    given: dict[str, ast.expr] = {}
-    for stmt in ast.walk(owner):
-        if isinstance(stmt, ast.Assign) and stmt.lineno < line and len(stmt.targets) == 1:
+    given: dict[str, ast.expr] = {}  # the last assignment before ``line`` wins
+    for stmt in sorted((n for n in ast.walk(owner) if isinstance(n, ast.Assign)), key=lambda n: n.lineno):
+        if stmt.lineno < line and len(stmt.targets) == 1:
             target = stmt.targets[0]
             if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
                 given[target.attr] = stmt.value
