@@ -78,6 +78,8 @@ def editor(tmp_path: Path, old: str, new: str) -> dict[str, str]:
 def test_waits_then_approval_from_a_fresh_process_verifies(fake: Fake) -> None:
     proposal = wait_for_approval(fake)
     pid = proposal["patch"]["id"]
+    paused = replay(fake.trace_path)  # a postmortem of the waiting session: every decision so far, then the pause
+    assert paused.first_divergence is None and paused.waits and paused.exact_to_its_pause and not paused.exact
     listed = cli("sessions")
     assert listed.returncode == 0, listed.stderr
     assert f"waiting: patch {pid} (derived:unexpected_kwarg:drop)" in listed.stdout

@@ -61,6 +61,7 @@ from agent.readers.replay_events import (
     medic_failed,
     redone,
     refused_revert,
+    waiting_for,
     watched_again,
     where_it_stops,
 )
@@ -244,4 +245,5 @@ def replay(path: Path | str) -> ReplayResult:
     rp = _Replay(trace)
     for i, ev in enumerate(trace.events):
         rp.step(i, ev)
-    return ReplayResult(rp.compared, rp.divergence, time.perf_counter() - start, where_it_stops(trace))
+    return ReplayResult(rp.compared, rp.divergence, time.perf_counter() - start, where_it_stops(trace),
+                        waits=waiting_for(trace) is not None)

@@ -20,11 +20,17 @@ class ReplayResult:
     first_divergence: str | None
     seconds: float
     stopped: str | None = None  # where a trace that does not end (cut, or no exit event) stops, and why
+    waits: bool = False  # it stops because the session waits for a person (approve mode): a pause, not a cut
 
     @property
     def exact(self) -> bool:
         """Replayed to the session's end with no divergence."""
         return self.first_divergence is None and self.stopped is None
+
+    @property
+    def exact_to_its_pause(self) -> bool:
+        """Every recorded decision replayed, the session still waiting for a person's answer where it stops."""
+        return self.first_divergence is None and self.waits
 
 
 @dataclass

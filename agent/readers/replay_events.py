@@ -77,6 +77,15 @@ QUESTIONS = {"approval": "a person's answer on a patch (`medic approve`) or a ho
              "confirm": "a person to confirm the next launch"}
 
 
+def waiting_for(trace: Trace) -> str | None:
+    """What a whole trace that ends at a person's question waits for (None: it ends, or stops anywhere else)."""
+    if trace.truncated or any(e.kind == "exit" for e in trace.events[-1:]):
+        return None
+    last = trace.events[-1] if trace.events else None
+    question = next((QUESTIONS[e.kind] for e in reversed(trace.events) if e.kind in QUESTIONS), None)
+    return question if last is not None and last.kind in (*QUESTIONS, "checks_queued", "notify", "warning") else None
+
+
 def where_it_stops(trace: Trace) -> str | None:
     """None when the trace ends with the session's exit event; else one line on where and how it stops."""
     ends = [e for e in trace.events if e.kind in ("exit", "resume")]
@@ -86,8 +95,8 @@ def where_it_stops(trace: Trace) -> str | None:
     at = f"line {last.index} ({last.kind})" if last else "the header"
     if trace.truncated:
         return f"the trace stops at {at}: {trace.problem}"
-    question = next((QUESTIONS[e.kind] for e in reversed(trace.events) if e.kind in QUESTIONS), None)
-    if last is not None and question and last.kind in (*QUESTIONS, "checks_queued", "notify", "warning"):
+    question = waiting_for(trace)
+    if question:
         return f"the trace stops at {at} with no exit event: the session waits for {question}"
     return (f"the trace stops at {at} with no exit event: medic was stopped or killed there, or the session "
             f"still runs; nothing after it could be compared")
