@@ -79,9 +79,9 @@ QUESTIONS = {"approval": "a person's answer on a patch (`medic approve`) or a ho
 
 def waiting_for(trace: Trace) -> str | None:
     """What a whole trace that ends at a person's question waits for (None: it ends, or stops anywhere else)."""
-    if trace.truncated or any(e.kind == "exit" for e in trace.events[-1:]):
+    if trace.truncated:
         return None
-    last = trace.events[-1] if trace.events else None
+    last = trace.events[-1] if trace.events else None  # an exit event is no question: it ends here
     question = next((QUESTIONS[e.kind] for e in reversed(trace.events) if e.kind in QUESTIONS), None)
     return question if last is not None and last.kind in (*QUESTIONS, "checks_queued", "notify", "warning") else None
 

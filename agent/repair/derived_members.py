@@ -22,6 +22,7 @@ from agent.repair.context import (
 )
 from agent.repair.derived_platform import distribution_of
 from agent.repair.edits import rename_attribute, replace_span
+from agent.repair.limits import installed_version
 from agent.repair.types import Candidate, Check, Fault, NotProven, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -128,7 +129,7 @@ def moved_import(ctx: RepairContext, fault: Fault) -> list[Candidate]:
 def never_defined(ctx: RepairContext, importer: str, line: int, name: str, module: str) -> str:
     """The stop for a caller importing what the installed library has nowhere, with the caller's declared word."""
     library = module.split(".")[0]
-    version = f" {ctx.versions[library]}" if ctx.versions.get(library) else ""
+    version = f" {installed}" if (installed := installed_version(ctx, library)) else ""
     said = ""
     caller = package_of(importer)
     if caller:

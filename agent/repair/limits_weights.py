@@ -19,10 +19,12 @@ import copy
 import json
 import re
 import types
+from collections.abc import Iterator
 
 from agent.repair.context import read_source
+from agent.repair.edits import Source
 from agent.repair.limits import in_library, installed_version, library_of
-from agent.repair.types import Fault, RepairContext
+from agent.repair.types import Fault, FrameRef, RepairContext
 from tools.errors import MedicError
 from tools.host import read_text
 from tools.pysyntax import compile_expression
@@ -51,19 +53,17 @@ def unbuilt_weight(ctx: RepairContext, fault: Fault, model_dir: str | None) -> s
     if key is None or not model_dir:
         return None
     config = folder_config(ctx, model_dir)
-    for frame in reversed(fault.frames):
-        library = library_of(ctx, frame.file)
-        src = read_source(ctx, frame.file) if library else None
-        for test, line in guarded_weights(src.tree, key) if src else []:
-            test = with_own_attributes(src.tree, test, line) if src else test
+    for frame, library, src in library_sources(ctx, fault):
+        for test, line in guarded_weights(src.tree, key):
+            test = with_own_attributes(src.tree, test, line)
             if config is None or holds(test, config) is not False:
                 continue
             read = sorted(config_fields(test))
             gives = ", ".join(f"{name}={config.get(name)!r}" for name in read) or "nothing it reads"
-            version = installed_version(ctx, library or "")
+            version = installed_version(ctx, library)
             return (f"the model folder disagrees with itself: its checkpoint holds {key!r}, which "
                     f"{library}{' ' + version if version else ''} builds only when `{ast.unparse(test)}` "
-                    f"({in_library(library or '', frame.file)}:{line}), and its config.json gives {gives} — the "
+                    f"({in_library(library, frame.file)}:{line}), and its config.json gives {gives} — the "
                     f"folder is yours: medic changes no model file; save the config the checkpoint was trained "
                     f"with, or a checkpoint without that weight")
     return None
@@ -78,20 +78,27 @@ def unset_field(ctx: RepairContext, fault: Fault, model_dir: str | None) -> str 
     if said is None or config is None or said[1] in config:
         return None
     config_class, field = said
-    for frame in reversed(fault.frames):
-        library = library_of(ctx, frame.file)
-        src = read_source(ctx, frame.file) if library else None
-        if src is None or not any(isinstance(n, ast.Attribute) and n.attr == field and n.lineno == frame.line
-                                  and "config" in ast.unparse(n.value).lower() for n in ast.walk(src.tree)):
+    for frame, library, src in library_sources(ctx, fault):
+        if not any(isinstance(n, ast.Attribute) and n.attr == field and n.lineno == frame.line
+                   and "config" in ast.unparse(n.value).lower() for n in ast.walk(src.tree)):
             continue
-        version = installed_version(ctx, library or "")
-        where = f"{in_library(library or '', frame.file)}:{frame.line}: `{src.line(frame.line).strip()}`"
+        version = installed_version(ctx, library)
+        where = f"{in_library(library, frame.file)}:{frame.line}: `{src.line(frame.line).strip()}`"
         return (f"the model folder does not fit the model class: {library}{' ' + version if version else ''} reads "
                 f"config.{field} ({where}), which the folder's config.json does not give and {config_class} has no "
                 f"default for — the folder is yours: medic changes no model file; save the config the checkpoint "
                 f"was trained with (it names {field}), or use a {library} whose model class reads what this folder "
                 f"gives")
     return None
+
+
+def library_sources(ctx: RepairContext, fault: Fault) -> Iterator[tuple[FrameRef, str, Source]]:
+    """The fault's frames in the library's own code, innermost first, each with its library and its source."""
+    for frame in reversed(fault.frames):
+        library = library_of(ctx, frame.file)
+        src = read_source(ctx, frame.file) if library else None
+        if library and src is not None:
+            yield frame, library, src
 
 
 def guarded_weights(tree: ast.AST, key: str) -> list[tuple[ast.expr, int]]:
