@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent.checks import blames_patch, run_check
+from agent.faults import fault_from_log
 from agent.repair.engine import RepairEngine
 from agent.repair.types import Check, Fault, FrameRef, RepairContext
 from tools.host import LocalHost
@@ -158,6 +159,24 @@ def test_nothing_proven_is_a_stop_that_names_the_package_and_its_frame(env: Repa
     assert reason.startswith("environment mismatch: fixpkg does not import as shipped (AttributeError: ")
     assert "raised at fixpkg/__init__.py:3 (<module>)" in reason
     assert "shim==1.5: " in reason  # what was tried, and why it did not do
+
+
+def test_a_specific_proof_is_the_stop_where_the_general_one_also_holds(env: RepairContext) -> None:
+    """fixpkg imports a name no module of the installed shim defines: the moved-import repair proves why, and the
+    package's history proves nothing either; the stop names the importing line, not only the mismatch."""
+    init = Path(env.site_packages[0]) / "fixpkg" / "__init__.py"
+    init.write_text("from shim import old_api\n\nold_api()\n")
+    died = subprocess.run([env.python, "-c", "import fixpkg"], capture_output=True, timeout=60)
+    assert b"cannot import name 'old_api' from 'shim'" in died.stderr, died.stderr
+    UPLOADED["shim"]["1.0"] = "2025-02-01T00:00:00Z"  # after fixpkg 1.0: no release before it to try
+    try:
+        engine = RepairEngine(playbooks=[])
+        assert engine.candidates(env, fault_from_log(died.stderr)) == []
+    finally:
+        UPLOADED["shim"]["1.0"] = "2024-12-01T00:00:00Z"
+    assert any(n.startswith("import_history: environment mismatch: fixpkg") for n in engine.notes), engine.notes
+    assert (engine.stop_reason or "").startswith("__init__.py:1 imports old_api from shim, which no module of the "
+                                                 "installed shim defines: "), engine.stop_reason
 
 
 def test_the_import_check_is_not_ok_and_blames_no_patch(env: RepairContext) -> None:

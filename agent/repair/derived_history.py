@@ -42,7 +42,10 @@ FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+
 
 
 class ImportMismatch(NotProven):
-    """The fixable package does not import as shipped and no change to the env could be proven: why medic stops."""
+    """The fixable package does not import as shipped and no change to the env could be proven: why medic stops,
+    unless another repair proved the cause (a name the caller imports that the library defines nowhere)."""
+
+    general = True
 
 
 def environment_history(ctx: RepairContext, fault: Fault) -> list[Candidate]:

@@ -19,9 +19,10 @@ class RepairEngine:
         self.fallback = fallback  # the LLM path, when one is configured
         self.notes: list[str] = []  # why a source gave nothing, for the report
         self.stop_reason: str | None = None  # a source's proof that no change medic may make reaches the fault
+        self.stop_is_general = False
 
     def candidates(self, ctx: RepairContext, fault: Fault, *, skip: frozenset[str] = frozenset()) -> list[Candidate]:
-        self.notes, self.stop_reason = [], None
+        self.notes, self.stop_reason, self.stop_is_general = [], None, False
         if fault.fatal:  # a CUDA/NCCL error or a signal: only a repair that proves the call cannot work here
             return unique([c for name, repair in FATAL for c in self.ask(name, repair, ctx, fault)
                            if c.patch.id not in skip])
@@ -53,12 +54,18 @@ class RepairEngine:
         try:
             return repair(ctx, fault)
         except NotProven as err:  # what the stop must say (the env's package does not import as shipped, …)
-            self.stop_reason = str(err)
+            self.keep_proof(err)
             self.notes.append(f"{name}: {err}")
             return []
         except MedicError as err:
             self.notes.append(f"{name}: {err}")
             return []
+
+    def keep_proof(self, err: NotProven) -> None:
+        """The first specific proof is the stop's reason: the engine asks the narrow repairs (one fault kind each)
+        before the broad last resorts, and a general proof (it names no cause) gives way to any specific one."""
+        if self.stop_reason is None or (self.stop_is_general and not err.general):
+            self.stop_reason, self.stop_is_general = str(err), err.general
 
 
 def unique(candidates: list[Candidate]) -> list[Candidate]:

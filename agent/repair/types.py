@@ -14,7 +14,12 @@ from tools.tracebacks import message_line
 
 class NotProven(MedicError):
     """A repair knew the fault's class and proved that no change it may make keeps what the job computes: the
-    stop's reason, in the repair's words (the engine keeps it; a candidate of another repair still wins)."""
+    stop's reason, in the repair's words (the engine keeps it; a candidate of another repair still wins).
+
+    ``general``: a proof any fault of its kind ends in (the package does not import as shipped), which names no
+    cause; a specific proof another repair gives for the same fault is the stop's reason instead."""
+
+    general = False
 
 
 FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
