@@ -3,7 +3,7 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-APT_PKGS := openssh-server chromium tmux
+APT_PKGS := openssh-server chromium tmux gcc
 
 .PHONY: demo test test-long check check-pythons lint typecheck system-deps lab lab-variants lab-server llm-server clean-sessions slurm-up slurm-down
 
@@ -13,11 +13,12 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests need: a real sshd on loopback, headless Chromium for the postmortem page, tmux for
-# the terminal a person watches a session in.
+# the terminal a person watches a session in, gcc for the compiled module an env overlay must keep loading.
 system-deps:
 	@missing=""; command -v /usr/sbin/sshd >/dev/null || missing="$$missing openssh-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
+	command -v gcc >/dev/null || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

