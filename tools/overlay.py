@@ -2,11 +2,7 @@
 (its own resolver, ``--dry-run --report``, against what the env has), those distributions put into a scratch
 folder (``--target``, no dependencies: the plan already names them) that goes first on PYTHONPATH, and one
 import in a fresh process. The env itself is never touched, and the folder is removed after.
-
-The import alone does not prove the plan: a library may absorb the failure of its own compiled extension (vLLM
-warns and goes on without ``vllm._C``, built against one torch, when another is laid over it; the run dies later
-on an op that is not there). So the probe also loads each compiled module at the top of the modules' packages, and
-one that loads in the env as it is must load with the plan laid over it."""
+The import checks the compiled modules too (tools/import_probe.py)."""
 
 from __future__ import annotations
 
@@ -17,38 +13,10 @@ from dataclasses import dataclass
 
 from tools.errors import MedicError, SourceError
 from tools.host import Host
+from tools.import_probe import import_with
 
 PIP_TIMEOUT = 900.0
 PIP = ("-m", "pip", "--disable-pip-version-check", "--no-input")
-# the overlay first, then whatever PYTHONPATH the host gives the target python already
-WITH_OVERLAY = 'PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}" exec "$2" -c "$3" "$4"'
-# Import the modules in order, then load every compiled module at the top of their packages: what failed, and how
-PROBE = r"""
-import importlib, importlib.machinery, importlib.util, json, pathlib, sys
-modules, failed, loads = json.loads(sys.argv[1]), {}, {}
-def last(err):
-    return (type(err).__name__ + ": " + str(err)).strip().splitlines()[-1][:300]
-for name in modules:
-    try:
-        importlib.import_module(name)
-    except BaseException as err:
-        failed[name] = last(err)
-for top in dict.fromkeys(m.split(".")[0] for m in modules):
-    spec = importlib.util.find_spec(top)
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        for path in sorted(pathlib.Path(root).iterdir()):
-            suffix = next((s for s in importlib.machinery.EXTENSION_SUFFIXES if path.name.endswith(s)), None)
-            if suffix:
-                name = top + "." + path.name[: -len(suffix)]
-                try:
-                    importlib.import_module(name)
-                    loads[name] = ""
-                except BaseException as err:
-                    loads[name] = last(err)
-print(json.dumps({"failed": failed, "loads": loads}))
-"""
-
-
 # Which ranges the job's own distributions (those of the given top-level modules) declare that the plan would put
 # outside, where the env is inside them today (a conflict the env already has is not the plan's doing). A build
 # label names a variant of one release (torch 2.11.0 from PyPI where 2.11.0+cpu is declared): the env meets the
@@ -139,39 +107,10 @@ def try_overlay(host: Host, python: str, modules: tuple[str, ...], requirements:
         if not put.ok:
             last = (put.stderr.strip().splitlines() or ["(no output)"])[-1]
             return Tried(requirements, plan, False, f"pip could not lay {' '.join(plan)} over the env: {last[:200]}")
-        laid = probe(host, python, modules, folder, env)
-        failed = next(iter(laid.failed.values()), "")
-        if not failed:  # else the import's own words say why
-            failed = "; ".join(f"{name} loads in the env but not with the plan laid over it: {err}"
-                               for name, err in laid.loads.items()
-                               if err and probe(host, python, modules, None, env).loads.get(name) == "")
+        failed = import_with(host, python, modules, folder, env)
         return Tried(requirements, plan, not failed, failed[:300])
     finally:
         host.run(["rm", "-rf", "--", folder], timeout=120)
-
-
-@dataclass(frozen=True)
-class Probe:
-    failed: dict[str, str]  # module -> the last line of why it did not import
-    loads: dict[str, str]  # each compiled module of their packages -> "" when it loads, else why not
-
-
-def probe(host: Host, python: str, modules: tuple[str, ...], overlay: str | None,
-          env: Mapping[str, str] | None = None) -> Probe:
-    """Import ``modules`` in a fresh process (with ``overlay`` first on PYTHONPATH, when given) and load the
-    compiled modules of their packages."""
-    argv = (["sh", "-c", WITH_OVERLAY, "overlay", overlay, python, PROBE, json.dumps(list(modules))] if overlay
-            else [python, "-c", PROBE, json.dumps(list(modules))])
-    result = host.run(argv, timeout=900, env=dict(env or {}))
-    lines = result.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return Probe({modules[0]: last[:300]}, {})
-    return Probe(dict(answer.get("failed") or {}), dict(answer.get("loads") or {}))
 
 
 def breaks(host: Host, python: str, plan: tuple[str, ...], tops: tuple[str, ...],
