@@ -65,7 +65,8 @@ def fault_from_log(data: bytes, stage: FaultStage = "crash", where: Callable[[st
         stage=stage,
         exc_type=root.exc_type or "UnknownError",
         message=root.message,
-        frames=frame_refs(root.frames),
+        # what torch.compile was tracing when it raised is where the job's code failed: the innermost frames
+        frames=frame_refs((*root.frames, *root.traced)),
         caller_frames=tuple(callers),
         fingerprint=logs.fingerprint(root).key,
         proc=root.proc,

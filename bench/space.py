@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
 
 from packaging.version import Version  # noqa: E402
 
-from bench.space_disk import claim_work, interrupted, room_for_a_pair, sweep  # noqa: E402
+from bench.space_disk import claim_work, interrupted, room_for_a_pair, sweep, unmark  # noqa: E402
 from bench.space_pair import Pair  # noqa: E402
 from bench.space_registry import Release, releases, requires, torch_pin, wheel_facts  # noqa: E402
 from bench.space_report import RESULTS_JSON, load_results, write_reports  # noqa: E402
@@ -187,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+        else:  # kept for a person to read: the next bench's sweep leaves it
+            unmark(work)
     lines = write_reports(pairs, results, args.results)
     print(lines[-1])
     return 0

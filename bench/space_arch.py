@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.space_arch_report import RESULTS_JSON, load_results, record  # noqa: E402
-from bench.space_disk import claim_work, interrupted, sweep  # noqa: E402
+from bench.space_disk import claim_work, interrupted, sweep, unmark  # noqa: E402
 from bench.space_run import Pair, medic_on_copy, private_copy  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabPaths, Variant  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not (args.work or args.keep):
             shutil.rmtree(work, ignore_errors=True)
+        elif args.keep:  # kept for a person to read: the next bench's sweep leaves it
+            unmark(work)
     return 0
 
 

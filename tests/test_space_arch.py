@@ -61,6 +61,11 @@ def test_each_eagle3_architecture_gets_a_tiny_config_from_the_lab_transformers(l
         for experts in ("num_experts", "num_local_experts"):
             if experts in config:
                 assert config[experts] == 4, arch
+    # two experts a token, or the family's own fewer: Llama 4 routes one (vLLM applies its router weight to the
+    # input, which it implements for one expert only)
+    top_k = {a: json.loads((tmp_path / a / "config.json").read_text()).get("num_experts_per_tok") for a in built}
+    assert top_k["Qwen3MoeForCausalLM"] == 2 and top_k["GptOssForCausalLM"] == 2
+    assert top_k["Llama4ForCausalLM"] == 1
 
 
 def test_the_totals_count_a_model_transformers_cannot_build_apart_and_an_honest_stop_as_one() -> None:

@@ -201,6 +201,17 @@ def test_what_a_killed_bench_left_is_swept_and_a_running_benchs_is_not(tmp_path)
         running.wait()
 
 
+def test_a_folder_a_bench_kept_outlives_the_next_benches_sweep(tmp_path: Path) -> None:
+    """--keep: the bench ends, its folder is a person's to read (unmarked); the next bench's sweep leaves it."""
+    claim = ("from bench.space_disk import claim_work, unmark; w = claim_work(); (w / 'log').write_text('kept'); "
+             "unmark(w); print(w)")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    kept = Path(subprocess.run([sys.executable, "-c", claim], env=env, capture_output=True, text=True, check=True,
+                               timeout=60).stdout.strip())
+    assert kept.parent == tmp_path and sweep(tmp_path, tmp_path / "labs") == []
+    assert (kept / "log").read_text() == "kept"
+
+
 def test_the_bench_stops_before_a_pair_would_fill_the_disk() -> None:
     assert room_for_a_pair(0.0) is None
     said = room_for_a_pair(1e9)

@@ -43,6 +43,8 @@ class Traceback:
     exceptions: tuple[Traceback, ...] = ()  # members of an exception group
     level: str | None = None  # logger level when the traceback was logged through a vLLM logger
     omitted_frames: int = 0
+    # torch.compile's "from user code:" after its message: the frames of the code it was tracing, outermost first
+    traced: tuple[Frame, ...] = ()
 
     @property
     def short_type(self) -> str:

@@ -41,6 +41,7 @@ MAX_SUMMARY_CHARS = 600  # a message as reports show it: whole, unless it is a w
 
 
 _HEADER = "Traceback (most recent call last):"
+_TRACED = "from user code:"  # torch.compile (Dynamo) lists the code it was tracing under this line
 _GROUP_HEADER = "Exception Group Traceback (most recent call last):"
 _STARTS = (_HEADER, "  + " + _GROUP_HEADER, "+ " + _GROUP_HEADER)
 _CHAIN_MARKERS: dict[str, ChainKind] = {
@@ -156,6 +157,9 @@ class _Parser:
                 else:
                     self.cut = self.cut or after >= len(self.items)
                     break
+        traced: deque[Frame] = deque(maxlen=MAX_FRAMES)
+        if (self.text(after := self.skip_blank(j)) or "").strip() == _TRACED:
+            j = self.frames(after + 1, traced)[0]
         members: tuple[Traceback, ...] = ()
         if header.startswith(_GROUP_HEADER) and _FIRST_MEMBER.fullmatch(self.text(j) or ""):
             members, j = self.members(j)
@@ -171,6 +175,7 @@ class _Parser:
             exceptions=members,
             level=self.level,
             omitted_frames=seen_frames - len(frames),
+            traced=tuple(traced),
         )
         return traceback, j
 

@@ -164,18 +164,40 @@ def own_refusal(ctx: RepairContext, fault: Fault, tried: int = 0) -> str | None:
     """What a stop can say when the library raised the fault itself: the innermost frame is a ``raise`` or an
     ``assert`` in the library's own code (its words, not Python's), and no repair read a drifted call, member or
     value on the way there (or, with ``tried``, those candidates were tried and the refusal stayed). Where and what,
-    from the traceback; None when the fault ends anywhere else."""
+    from the traceback and the installed source; None when the fault ends anywhere else, or when torch.compile
+    refused to trace an assert it could not prove fails uncompiled too."""
     frame = fault.frames[-1] if fault.frames else None
     library = library_of(ctx, frame.file) if frame else None
     verb = {"raise": "raises", "assert": "asserts"}.get(frame.code.strip().split(" ", 1)[0]) if frame else None
     if frame is None or library is None or verb is None:
         return None
+    traced = fault.exc_type.startswith(COMPILER)
+    if traced and (verb != "asserts" or TRACED_FALSE not in fault.message):
+        return None  # the compiler's own limit: the code may pass uncompiled
     version = installed_version(ctx, library)
     where = in_library(library, frame.file)
+    why = (" — torch.compile traced its condition to the constant False, so it fails uncompiled too" if traced
+           else "")
     return (f"{library}{' ' + version if version else ''} {verb} it itself ({where}:{frame.line} in {frame.func}: "
-            f"`{frame.code.strip()}`), a refusal written in its own code; "
+            f"`{statement_at(ctx, frame.file, frame.line) or frame.code.strip()}`{why}), a refusal written in its "
+            "own code; "
             + (f"{tried} candidate patch(es) tried on the way to it failed, and none is left to propose" if tried else
                "no derived repair read a drifted call, member or value on the way to it, so none is proposed"))
+
+
+COMPILER = "torch._dynamo."  # torch.compile's exceptions, raised while it traces the library's code
+TRACED_FALSE = "ConstantVariable(bool: False)"  # its debug context for an assert whose condition is always False
+MAX_STATEMENT = 240
+
+
+def statement_at(ctx: RepairContext, path: str, line: int) -> str:
+    """The whole ``raise``/``assert`` statement starting at ``line`` (its message may span lines), on one line."""
+    src = read_source(ctx, path)
+    node = next((n for n in ast.walk(src.tree) if isinstance(n, ast.Raise | ast.Assert) and n.lineno == line),
+                None) if src else None
+    if src is None or node is None:
+        return ""
+    return " ".join(src.segment(node).split())[:MAX_STATEMENT]
 
 
 def library_of(ctx: RepairContext, path: str) -> str | None:

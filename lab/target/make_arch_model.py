@@ -24,7 +24,7 @@ HEAD_DIM = TINY["hidden_size"] // TINY["num_attention_heads"]  # 64
 # fields of the lab's shape, each applied only when the architecture's config class has it
 SHAPE = {**TINY, "head_dim": HEAD_DIM, "max_position_embeddings": 2048, "tie_word_embeddings": False,
          "rms_norm_eps": 1e-5}
-# a mixture of experts, kept tiny: 4 experts, 2 per token (names differ between families)
+# a mixture of experts, kept tiny: 4 experts, 2 per token or the family's own fewer (names differ between families)
 EXPERTS = {"num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "n_shared_experts": 1,
            "num_experts_per_tok": 2, "moe_intermediate_size": 128, "shared_expert_intermediate_size": 128,
            "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1}
@@ -58,6 +58,9 @@ def tiny_config(cls, bos: int, eos: int, pad: int | None = None):
     defaults = config_cls()
     wanted = {**SHAPE, **EXPERTS, **LATENT, "bos_token_id": bos, "eos_token_id": eos}
     fields = {k: v for k, v in wanted.items() if hasattr(defaults, k)}
+    own_top_k = getattr(defaults, "num_experts_per_tok", None)
+    if isinstance(own_top_k, int) and 0 < own_top_k < EXPERTS["num_experts_per_tok"]:
+        fields["num_experts_per_tok"] = own_top_k  # a family that routes fewer per token (Llama 4: one) keeps it
     own_pad = getattr(defaults, "pad_token_id", None)
     if isinstance(own_pad, int) and own_pad >= TINY["vocab_size"]:  # the family's pad id, beyond the tiny vocabulary
         fields["pad_token_id"] = pad  # (Phi-3's 32000, GLM's 151329): the tokenizer's own, or none
