@@ -38,6 +38,10 @@ GENERIC_WRAPPER_SIGNALS: tuple[WrapperSignal, ...] = (
     WrapperSignal(exc_type="RuntimeError", message="cancelled"),
     # torch.multiprocessing.spawn re-raises a child's failure; the child's own traceback follows it
     WrapperSignal(exc_type="ProcessRaisedException"),
+    # a child process that exited non-zero (subprocess.run(check=True)), and vLLM's re-raise of it with the child's
+    # output: the child's own traceback, in that output, says why
+    WrapperSignal(exc_type="CalledProcessError"),
+    WrapperSignal(exc_type="RuntimeError", message="error raised in subprocess"),
     WrapperSignal(exc_type="EngineDeadError"),
     WrapperSignal(exc_type="EngineGenerateError"),
     WrapperSignal(exc_type="ExceptionGroup"),

