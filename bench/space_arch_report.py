@@ -51,15 +51,20 @@ def row_cells(r: dict[str, Any]) -> list[object]:
 def totals(runs: list[dict[str, Any]]) -> str:
     """A run whose model transformers cannot build is counted apart (``no_model``): the architecture was not run.
     An EAGLE-3 architecture's stop that says why (the model folder against the model class, the library's own
-    refusal) is an honest stop, not a verified run."""
+    refusal) is an honest stop, not a verified run. ``needless``/``wrong``: the necessity oracle's word, over the
+    architectures it measured (``necessity_archs``)."""
     made = [r for r in runs if r.get("outcome") != "no model"]
     supported = [r for r in made if r.get("eagle3")]
     others = [r for r in made if not r.get("eagle3")]
+    # the necessity oracle's reach: architectures with a verified run whose kept changes were each left out
+    measured = {r.get("arch") for r in runs if r.get("needed") is not None or r.get("needless")}
     return (f"runs={len(made)} eagle3_runs={len(supported)} verified={sum(bool(r.get('verified')) for r in runs)} "
             f"eagle3_honest_stops={sum(bool(r.get('honest_stop')) and not r.get('verified') for r in supported)} "
             f"false_success={sum(bool(r.get('false_success')) for r in runs)} "
             f"unsupported_runs={len(others)} unsupported_honest_stops={sum(expected(r) == 'ok' for r in others)} "
-            f"no_model={len(runs) - len(made)} kept_changes={sum(len(r.get('kept') or []) for r in runs)}")
+            f"no_model={len(runs) - len(made)} kept_changes={sum(len(r.get('kept') or []) for r in runs)} "
+            f"necessity_archs={len(measured)} needless={sum(len(r.get('needless') or []) for r in runs)} "
+            f"wrong={sum(len(r.get('wrong') or []) for r in runs)}")
 
 
 def write_reports(results: dict[str, dict[str, Any]], path: Path) -> None:

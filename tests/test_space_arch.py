@@ -71,10 +71,11 @@ def test_each_eagle3_architecture_gets_a_tiny_config_from_the_lab_transformers(l
 def test_the_totals_count_a_model_transformers_cannot_build_apart_and_an_honest_stop_as_one() -> None:
     from bench.space_arch_report import totals
 
-    runs = [{"eagle3": True, "outcome": "verified", "verified": True, "kept": [{"origin": "x"}]},
+    runs = [{"eagle3": True, "outcome": "verified", "verified": True, "kept": [{"origin": "x"}], "arch": "A",
+             "needed": ["x"], "needless": []},
             {"eagle3": True, "outcome": "no_repair", "honest_stop": True},
             {"eagle3": True, "outcome": "no model"},
             {"eagle3": False, "outcome": "no_repair", "honest_stop": True, "kept": []}]
     line = totals(runs)
     assert line.startswith("runs=3 eagle3_runs=2 verified=1 eagle3_honest_stops=1 false_success=0 unsupported_runs=1")
-    assert line.endswith("no_model=1 kept_changes=1")
+    assert line.endswith("no_model=1 kept_changes=1 necessity_archs=1 needless=0 wrong=0")
