@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from agent.repair import (
     derived_absorbed,
+    derived_branch_switch,
     derived_calls,
     derived_dataflow,
     derived_driver,
@@ -76,6 +77,8 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("option_branch", derived_option_branch.option_branch_remedy),
     # the library's refusal names a switch of its own CLI that its guard reads
     ("named_switch", derived_named_option.named_switch),
+    # the failing call stands under a config value the library set itself from a setting its CLI turns off
+    ("branch_switch", derived_branch_switch.branch_switch),
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),
