@@ -24,6 +24,7 @@ from bench.space_disk import NO_SPACE, OWNER, mark, unmark  # noqa: E402
 from bench.space_judge import judge, lab_checker  # noqa: E402
 from bench.space_pair import Pair  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  # noqa: E402
+from lab.lab_requirements import pip_refusal  # noqa: E402
 from lab.server_pair_lab import server_lab_builder  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
 from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
@@ -52,15 +53,6 @@ def pip_log(log: Path) -> str:
         return ""
 
 
-def pip_words(log: Path) -> str:
-    """pip's own reason for a resolution it could not make, from a build log."""
-    lines = pip_log(log).splitlines()
-    said = [ln.strip() for ln in lines if " depends on " in ln or ln.strip().startswith(("The user requested",
-                                                                                           "ERROR: Cannot install",
-                                                                                           "ERROR: Could not find"))]
-    return "; ".join(dict.fromkeys(said[-4:]))
-
-
 def build(pair: Pair, *, fresh: bool) -> tuple[Path | None, dict[str, Any]]:
     root = lab_root(pair)
     if fresh:
@@ -73,10 +65,11 @@ def build(pair: Pair, *, fresh: bool) -> tuple[Path | None, dict[str, Any]]:
         if NO_SPACE in str(err) or NO_SPACE in pip_log(root / "build.log"):
             # the machine's disk, not the pair: no verdict, and the bench stops (bench/space.py)
             return None, {"outcome": "bench error", "stage": "build", "detail": f"{NO_SPACE}: {err}"}
-        words = pip_words(root / "build.log")
+        words = pip_refusal(pip_log(root / "build.log"))
         if words:
             return None, {"outcome": "not installable", "stage": "build", "detail": f"pip: {words}"}
-        return None, {"outcome": "not built", "stage": "build", "detail": str(err)}
+        # no reason of pip's for the pair itself (a network error, a timeout): no verdict, the next bench retries it
+        return None, {"outcome": "bench error", "stage": "build", "detail": str(err)}
     return root, {}
 
 

