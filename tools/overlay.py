@@ -36,8 +36,11 @@ norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
 def within(spec, version):
     if spec.contains(version, prereleases=True):
         return True
-    release = SpecifierSet(",".join(str(s).split("+")[0] for s in spec))
-    return release.contains(Version(version).public, prereleases=True)
+    try:
+        release = SpecifierSet(",".join(str(s).split("+")[0] for s in spec))
+        return release.contains(Version(version).public, prereleases=True)
+    except ValueError:  # a version or range packaging cannot read: not met
+        return False
 plan = {norm(n): v for n, v in (p.split("==", 1) for p in json.loads(sys.argv[1]))}
 owners = metadata.packages_distributions()
 requirers = {norm(d) for m in json.loads(sys.argv[2]) for d in owners.get(m, [])}

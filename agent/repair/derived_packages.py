@@ -113,8 +113,8 @@ def requirement_missing(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     The package is the failing import's own, or the nearest one out along the import chain (vLLM's model module
     importing transformers' image processor, which imports torchvision). The remedy is the host step installing the
     declared requirement, once pip's plan for it keeps what the env's packages declare and, laid over the env,
-    imports; a plan that does not is a stop that says so. A module that no declared
-    requirement names is not proven missing from the env (an optional import, a typo): nothing."""
+    imports; a plan that does not is a stop that says so. A module that no declared requirement names is not
+    proven missing from the env (an optional import, a typo): nothing."""
     named = NO_MODULE.search(fault.message) if fault.exc_type.endswith("ModuleNotFoundError") else None
     if named is None or not fault.frames:
         return []
