@@ -87,6 +87,20 @@ def test_a_run_killed_from_outside_has_vanished(host: Host, tmp_path: Path) -> N
     assert status(host, run) == RunStatus("vanished", None, pid)
 
 
+def test_a_run_whose_folder_was_emptied_while_it_ran_is_an_error_not_a_crash(host: Host, tmp_path: Path) -> None:
+    """Its folder removed and made again under it (a wrapper's mkdir racing someone's rm -r): no pid, no exit code,
+    no log. That is no job's crash to repair (an empty log would read as one): the run is lost, and medic says so."""
+    run = launch(host, "sleep 30", run_dir=str(tmp_path))
+    pid = status(host, run).pid
+    assert pid is not None
+    for name in Path(run.dir).iterdir():
+        name.unlink()
+    host.run(f"kill -KILL -{pid}")
+    assert wait_until(lambda: not process_alive(pid))
+    with pytest.raises(RunError, match="lost what the run wrote in it"):
+        status(host, run)
+
+
 def test_a_run_without_its_folder_or_log_is_an_error(host: Host, tmp_path: Path) -> None:
     gone = Run.in_dir(str(tmp_path / "never-launched"))
     with pytest.raises(RunError, match="gone"):

@@ -163,6 +163,8 @@ def status(host: Host, run: Run) -> RunStatus:
     pid = int(words[1]) if len(words) > 1 and words[1].isdigit() else None
     code = int(words[2]) if len(words) > 2 and words[2].lstrip("-").isdigit() else None
     state: RunState = "exited" if words[0] == "exited" else "running" if words[0] == "running" else "vanished"
+    if state == "vanished" and pid is None:  # the launch wrote its pid before it returned: the folder was emptied
+        raise RunError(f"run folder {run.dir} lost what the run wrote in it (no pid, no exit code) on {host.name}")
     return RunStatus(state, code, pid)
 
 
