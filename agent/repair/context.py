@@ -96,6 +96,15 @@ def library_grep(ctx: RepairContext, package: str, pattern: str, *, glob: str = 
     return list(asked_once(ctx, f"grep:{package}:{glob}:{max_hits}:{pattern}", ask))
 
 
+def grep_sources(ctx: RepairContext, package: str, pattern: str) -> list[Source]:
+    """The library package's source files with a line matching ``pattern``, read (none when it cannot be read)."""
+    try:
+        hits = library_grep(ctx, package, pattern)
+    except MedicError:
+        return []
+    return [src for path in dict.fromkeys(hit.path for hit in hits) if (src := read_source(ctx, path)) is not None]
+
+
 def across_libraries(ctx: RepairContext, lookup: Callable[..., list[T]], name: str) -> list[T]:
     """``lookup(host, python, package, name)`` over every library package (one the probe cannot read is skipped),
     asked once a session."""

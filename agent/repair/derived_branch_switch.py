@@ -23,13 +23,11 @@ import ast
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
-from agent.repair.context import library_grep, read_source
-from agent.repair.derived_named_option import switches_of
+from agent.repair.context import grep_sources, read_source
+from agent.repair.derived_named_option import on_the_command, one_line, switches_of
 from agent.repair.derived_option_branch import library_cli
 from agent.repair.types import Candidate, Fault, RepairContext
-from tools.diffs import ArgEdit, arg_patch
 from tools.errors import MedicError
 
 ORIGIN = "derived:option:branch_switch"
@@ -81,19 +79,12 @@ def switch_for(ctx: RepairContext, package: str, field: str, literal: str, comma
 
 
 def setters_of(ctx: RepairContext, package: str, field: str, literal: str) -> Iterator[Setter]:
-    try:
-        hits = library_grep(ctx, package, rf"\.{re.escape(field)} = ")
-    except MedicError:
-        return
-    for path in dict.fromkeys(hit.path for hit in hits):
-        src = read_source(ctx, path)
-        if src is None:
-            continue
+    for src in grep_sources(ctx, package, rf"\.{re.escape(field)} = "):
         for node in ast.walk(src.tree):
             if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value == literal
                     and any(isinstance(t, ast.Attribute) and t.attr == field for t in node.targets)):
                 guards = frozenset(g for test in enclosing_tests(src.tree, node.lineno) for g in plain_fields(test))
-                yield Setter(path, node.lineno, guards)
+                yield Setter(src.path, node.lineno, guards)
 
 
 def enclosing_tests(tree: ast.Module, line: int) -> list[ast.expr]:
@@ -128,17 +119,10 @@ def dashed(field: str) -> str:
 
 
 def remedy(ctx: RepairContext, where: str, test: str, option: str, dest: str, setters: list[Setter]) -> Candidate:
-    which: Literal["job", "server"] = "server" if ctx.server_command else "job"
     places = ", ".join(f"{s.path}:{s.line}" for s in setters)
-    why = (f"the failing call stands under `if {one_line(test)}` ({where}); the library sets that value itself only "
-           f"where {dest} is on ({places}), and {option}, a switch of its own CLI, sets {dest}=False: set it on the "
-           f"{which}'s command for medic's launches (the library and the job's files are left alone)")
+    said = (f"the failing call stands under `if {one_line(test)}` ({where}); the library sets that value itself only "
+            f"where {dest} is on ({places}), and {option}, a switch of its own CLI, sets {dest}=False")
     evidence = (f"{where}: if {one_line(test)}:",
                 *(f"{s.path}:{s.line}: set under `{dest}`" for s in setters),
                 f"{option}: {dest}=False (the library's CLI parser)")
-    edit = ArgEdit(option=option, value=None, command=which)
-    return Candidate(arg_patch((edit,), rationale=why, origin=ORIGIN, evidence=evidence), ORIGIN, why, evidence)
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
+    return on_the_command(ctx, option, ORIGIN, said, evidence)

@@ -23,12 +23,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent.repair.context import asked_once, library_grep, read_source
+from agent.repair.context import asked_once, grep_sources
 from agent.repair.derived_option_branch import library_cli
 from agent.repair.option_probe import CLI_ACTIONS, MARK, run_probe
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.diffs import ArgEdit, arg_patch
-from tools.errors import MedicError
 
 ORIGIN = "derived:option:named_switch"
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)+\b|(?<![\w-])--[a-z]{3,}\b")
@@ -83,20 +82,13 @@ def named_switch(ctx: RepairContext, fault: Fault) -> list[Candidate]:
 def refusals(ctx: RepairContext, package: str, option: str, message: str) -> Iterator[Refusal]:
     """The library's raises that name ``option`` and whose message text the fault's message holds."""
     said = " ".join(message.split())
-    try:
-        hits = library_grep(ctx, package, re.escape(option))
-    except MedicError:
-        return
-    for path in dict.fromkeys(hit.path for hit in hits):
-        src = read_source(ctx, path)
-        if src is None:
-            continue
+    for src in grep_sources(ctx, package, re.escape(option)):
         for guard in ast.walk(src.tree):
             if not isinstance(guard, ast.If):
                 continue
             for stmt in guard.body:
                 if isinstance(stmt, ast.Raise) and raises_text(stmt, option, said):
-                    yield Refusal(path, stmt.lineno, guard.test, guard.test.lineno, src.segment(guard.test))
+                    yield Refusal(src.path, stmt.lineno, guard.test, guard.test.lineno, src.segment(guard.test))
 
 
 def raises_text(stmt: ast.Raise, option: str, said: str) -> bool:
@@ -134,15 +126,22 @@ def switches_of(ctx: RepairContext, package: str, options: list[str]) -> dict[st
 
 
 def remedy(ctx: RepairContext, option: str, switch: dict[str, Any], refusal: Refusal) -> Candidate:
-    which: Literal["job", "server"] = "server" if ctx.server_command else "job"
     dest, sets = switch["dest"], bool(switch["sets"])
-    why = (f"the library refuses at {refusal.path}:{refusal.line} when `{one_line(refusal.test_text)}`, and names "
-           f"{option}, a switch of its own CLI that sets {dest}={sets}, which makes that condition false: set it on "
-           f"the {which}'s command for medic's launches (the library and the job's files are left alone)")
+    said = (f"the library refuses at {refusal.path}:{refusal.line} when `{one_line(refusal.test_text)}`, and names "
+            f"{option}, a switch of its own CLI that sets {dest}={sets}, which makes that condition false")
     evidence = (f"{refusal.path}:{refusal.test_line}: if {one_line(refusal.test_text)}: raise …({option})",
                 f"{option}: {dest}={sets} (the library's CLI parser)")
+    return on_the_command(ctx, option, ORIGIN, said, evidence)
+
+
+def on_the_command(ctx: RepairContext, option: str, origin: str, said: str, evidence: tuple[str, ...]) -> Candidate:
+    """``option`` set on the command that runs the library's CLI (the server's, for a two-process job), for the
+    reason ``said``."""
+    which: Literal["job", "server"] = "server" if ctx.server_command else "job"
+    why = (f"{said}: set it on the {which}'s command for medic's launches (the library and the job's files are left "
+           "alone)")
     edit = ArgEdit(option=option, value=None, command=which)
-    return Candidate(arg_patch((edit,), rationale=why, origin=ORIGIN, evidence=evidence), ORIGIN, why, evidence)
+    return Candidate(arg_patch((edit,), rationale=why, origin=origin, evidence=evidence), origin, why, evidence)
 
 
 def one_line(text: str) -> str:

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator
 
 from agent.repair.callgraph import bind_constants, reached
-from agent.repair.context import library_grep, read_source
+from agent.repair.context import grep_sources
 from agent.repair.derived_dataflow import (
     MUST_CALL,
     SHAPE_DRIFT,
@@ -31,7 +31,6 @@ from agent.repair.derived_dataflow import (
 from agent.repair.derived_values import Substitute
 from agent.repair.edits import Source, callee_name
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
-from tools.errors import MedicError
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 DEVICE_MARK = "<<medic-device>> "
@@ -69,17 +68,13 @@ def library_protocols(ctx: RepairContext) -> list[tuple[str, str, str, str]]:
     if "protocols" not in ctx.memo:
         found: list[tuple[str, str, str, str]] = []
         for package in ctx.library_packages:
-            try:
-                hits = library_grep(ctx, package, r"must be called")
-            except MedicError:
-                continue
-            for path in dict.fromkeys(h.path for h in hits):
-                lib = read_source(ctx, path)
-                for node in ast.walk(lib.tree) if lib else []:
+            for lib in grep_sources(ctx, package, r"must be called"):
+                for node in ast.walk(lib.tree):
                     if isinstance(node, ast.Constant) and isinstance(node.value, str):
                         match = MUST_CALL.search(node.value)
                         if match and (match["next"], match["prev"]) not in {(f[0], f[1]) for f in found}:
-                            found.append((match["next"], match["prev"], node.value.strip(), f"{path}:{node.lineno}"))
+                            found.append((match["next"], match["prev"], node.value.strip(),
+                                          f"{lib.path}:{node.lineno}"))
         ctx.memo["protocols"] = found
     return list(ctx.memo["protocols"])
 
