@@ -15,7 +15,6 @@ on that exit code, so ``not_found`` can say what was looked up and where.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -105,11 +104,10 @@ def lookup(host: Host, python: str, name: str, env: Mapping[str, str] | None = N
     """Ask the target python what ``name`` is in its env. Never raises: an env that cannot answer has nothing."""
     try:
         answer = host.run([python, "-c", LOOKUP_PY, name, python], timeout=120, env=env)
-        lines = answer.stdout.strip().splitlines()
-        data = json.loads(lines[-1]) if answer.ok and lines else None
+        data = answer.last_json() if answer.ok else None
     except HostUnreachable:
         raise  # the link is down: the caller waits for it, as for any command
-    except (HostError, ValueError) as exc:
+    except HostError as exc:
         return Lookup(name, error=str(exc)[:200])
     if not isinstance(data, dict):
         tail = (answer.stderr.strip().splitlines() or [f"exit {answer.exit_code}, no answer"])[-1]

@@ -179,11 +179,7 @@ def pristine_import(host: Host, python: str, module: str, medic_dir: str, env: M
     writes no bytecode, so the installed files and their caches stay as they are."""
     result = host.run([python, "-c", PRISTINE_IMPORT, module, medic_dir], timeout=timeout,
                       env=dict(env or {}))
-    lines = result.stdout.strip().splitlines()
-    try:
-        data = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        data = None
+    data = result.last_json()
     if not isinstance(data, dict):
         last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise UsageError(f"target python {python} on {host.name} could not try a pristine import: {last}")

@@ -8,6 +8,7 @@ few canned answers. All three speak the same protocol, so every tool is written 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -32,6 +33,14 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    def last_json(self) -> object:
+        """The JSON a probe printed on its last line of stdout; None when that line is none or not JSON."""
+        lines = self.stdout.strip().splitlines()
+        try:
+            return json.loads(lines[-1]) if lines else None
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)

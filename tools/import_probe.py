@@ -60,11 +60,7 @@ def run_probe(host: Host, python: str, modules: tuple[str, ...], overlay: str | 
     args = [PROBE, json.dumps(list(modules)), extension]
     argv = ["sh", "-c", WITH_OVERLAY, "overlay", overlay, python, *args] if overlay else [python, "-c", *args]
     result = host.run(argv, timeout=TIMEOUT, env=dict(env or {}))
-    lines = result.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        answer = None
+    answer = result.last_json()
     if not isinstance(answer, dict):  # it died (a crash in a compiled module's load): the process's last words
         last = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
         return {extension or modules[0]: last[:300]}, []

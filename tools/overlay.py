@@ -121,11 +121,7 @@ def breaks(host: Host, python: str, plan: tuple[str, ...], tops: tuple[str, ...]
     """Each range the distributions of the top-level modules ``tops`` declare that ``plan`` would leave."""
     result = host.run([python, "-c", BREAKS, json.dumps(list(plan)), json.dumps(list(tops))], timeout=120,
                       env=dict(env or {}))
-    lines = result.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if result.ok and lines else None
-    except ValueError:
-        answer = None
+    answer = result.last_json() if result.ok else None
     if not isinstance(answer, list):
         return ["(the env's declared ranges could not be read)"]
     return [str(a) for a in answer]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from agent.repair.context import grep_sources, read_source
 from agent.repair.derived_named_option import on_the_command, one_line, switches_of
 from agent.repair.derived_option_branch import library_cli
+from agent.repair.edits import conjuncts
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.errors import MedicError
 
@@ -92,10 +93,6 @@ def enclosing_tests(tree: ast.Module, line: int) -> list[ast.expr]:
     tests = [(node.lineno, node.test) for node in ast.walk(tree) if isinstance(node, ast.If) and node.body
              and node.body[0].lineno <= line <= (node.body[-1].end_lineno or node.body[-1].lineno)]
     return [test for _, test in sorted(tests, key=lambda t: -t[0])]
-
-
-def conjuncts(test: ast.expr) -> list[ast.expr]:
-    return list(test.values) if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
 
 
 def compared_fields(test: ast.expr) -> Iterator[tuple[str, str]]:

@@ -14,7 +14,7 @@ import ast
 from dataclasses import dataclass
 
 from agent.repair.context import read_source
-from agent.repair.edits import Source
+from agent.repair.edits import Source, conjuncts
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools import source as src_tools
 from tools.diffs import EnvEdit, env_patch
@@ -85,8 +85,7 @@ def env_attr(node: ast.expr) -> str | None:
 
 def compared(test: ast.expr) -> tuple[str, str] | None:
     """``X == "a"`` (alone or the first term of an ``and``) -> (X, "a"); ``envs.VAR == "a"`` -> (VAR, "a")."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        test = test.values[0]
+    test = conjuncts(test)[0]
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
         return None
     value = test.comparators[0]

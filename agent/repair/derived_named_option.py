@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from agent.repair.context import asked_once, grep_sources
 from agent.repair.derived_option_branch import library_cli
+from agent.repair.edits import conjuncts
 from agent.repair.option_probe import CLI_ACTIONS, MARK, run_probe
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools.diffs import ArgEdit, arg_patch
@@ -109,8 +110,7 @@ def literal_pieces(exc: ast.expr | None) -> list[str]:
 def turned_off(test: ast.expr, dest: str, sets: bool) -> bool:
     """Whether setting the field ``dest`` to ``sets`` makes the guard false: it is one of the guard's conjuncts,
     read as is (a switch that sets False) or negated (a switch that sets True)."""
-    conjuncts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
-    for part in conjuncts:
+    for part in conjuncts(test):
         negated = isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.Not)
         read = part.operand if isinstance(part, ast.UnaryOp) and negated else part
         if isinstance(read, ast.Attribute) and read.attr == dest and negated == sets:

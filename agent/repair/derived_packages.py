@@ -14,7 +14,6 @@ the cause. The remedy is a host step installing the declared range into the targ
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 from agent.repair.context import module_of
@@ -66,7 +65,7 @@ def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidat
     said = pip_check(ctx.host, ctx.python)
     if said is None:
         return []  # an env without pip: the remedy below could not run there
-    step = " ".join([shlex.quote(ctx.python), "-m", "pip", "install", *(shlex.quote(r.pip_spec) for r in culprits)])
+    step = pip_step(ctx.python, tuple(r.pip_spec for r in culprits))
     names = ", ".join(f"{r.name} {r.installed} (declared {r.specifier})" for r in culprits)
     why = (f"{module} does not import even with medic's patches set aside ({pristine.error[:160]}): "
            f"{declared.name} {declared.version} declares a range that the installed {names} is outside, and the "

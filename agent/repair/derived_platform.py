@@ -15,7 +15,6 @@ approval policy's ``file:``/``package:`` rules decide whether that may happen wi
 from __future__ import annotations
 
 import ast
-import json
 import re
 
 from agent.repair.context import candidate, evidence_line, library_definitions, library_grep, read_source
@@ -39,11 +38,7 @@ def host_frames(ctx: RepairContext, fault: Fault) -> list[FrameRef]:
 def ask_python(ctx: RepairContext, code: str, timeout: float = 180.0) -> object:
     """One JSON answer from the target env's python on the host (None when it cannot answer)."""
     result = ctx.host.run([ctx.python, "-c", code], timeout=timeout)
-    lines = result.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1]) if result.ok and lines else None
-    except json.JSONDecodeError:
-        return None
+    return result.last_json() if result.ok else None
 
 
 # -- metadata under another name --------------------------------------------------------------------------

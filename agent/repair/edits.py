@@ -109,6 +109,11 @@ class Source:
         return names
 
 
+def conjuncts(test: ast.expr) -> list[ast.expr]:
+    """The terms of an ``and`` (a test that is no ``and`` is its own one term)."""
+    return list(test.values) if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+
+
 def callee_name(call: ast.Call) -> str | None:
     if isinstance(call.func, ast.Name):
         return call.func.id
