@@ -19,7 +19,7 @@ if [ -e $CONF ] && ! grep -qxF "$MARK" $CONF; then
   echo "$CONF exists and was not written by medic: not touching it" >&2; exit 1
 fi
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-up() { case "$(timeout 5 sinfo -h -o %T 2>/dev/null)" in idle|mixed|allocated) return 0 ;; esac; return 1; }
+up() { case "$(timeout 5 sinfo -h -o %T 2>/dev/null)" in idle|mixed|allocated|completing) return 0 ;; esac; return 1; }
 mkdir -p /etc/slurm
 cat > $CONF.tmp <<EOC
 $MARK

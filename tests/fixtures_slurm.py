@@ -18,7 +18,9 @@ def cluster_up() -> bool:
         answer = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return answer.returncode == 0 and answer.stdout.strip() in ("idle", "mixed", "allocated")
+    # "completing": a job just ended or was requeued; a worker that read it as "down" would own the cluster and
+    # stop it under the other worker's jobs at its session's end
+    return answer.returncode == 0 and answer.stdout.strip() in ("idle", "mixed", "allocated", "completing")
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ loopback, as a login node would be): the same commands through the Host seam."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tempfile
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tools import ipc_dir, slurm
-from tools.host import Host, LocalHost
+from tools.host import CommandResult, FunctionHost, Host, LocalHost
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -98,3 +99,40 @@ def test_each_task_binds_its_sockets_in_a_folder_of_its_own_gone_with_the_job(ho
     assert {s.parent.parent for s in sockets.values()} == {Path(tempfile.gettempdir())}, sockets
     assert all(s.parent.name.startswith(ipc_dir.PREFIX) for s in sockets.values()), sockets
     assert not [s.parent for s in sockets.values() if s.parent.exists()], "a task's folder outlived the job"
+
+
+def test_a_requeued_jobs_earlier_exit_code_is_gone_once_it_runs_again(host: Host, tmp_path: Path) -> None:
+    name = f"medic-test-requeue-{tmp_path.name}-{time.time_ns()}"
+    script = 'echo "run ${SLURM_RESTART_COUNT:-0}"; sleep 3'
+    job = slurm.submit(host, ["sh", "-c", script], run_dir=str(tmp_path / "runs"), job_name=name, cwd=str(tmp_path))
+    exit_file = Path(job.dir) / "exit"
+    try:
+        deadline = time.monotonic() + 60
+        while b"run 0" not in slurm.follow(host, job, 0).data and time.monotonic() < deadline:
+            time.sleep(0.1)
+        subprocess.run(["scontrol", "requeue", job.job_id], check=True, capture_output=True)
+        while not exit_file.exists() and time.monotonic() < deadline:  # the TERMed run wrote its code
+            time.sleep(0.1)
+        assert exit_file.read_text() == "143\n"
+        subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True, capture_output=True)
+        while b"run 1" not in slurm.follow(host, job, 0).data and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert slurm.states(host, job)[None].state == "RUNNING"
+        assert not exit_file.exists()  # the run that goes on has not ended: no code says it has
+        assert wait_ended(host, job)[None].state == "COMPLETED"
+        assert exit_file.read_text() == "0\n"
+    finally:
+        slurm.cancel(host, job)
+
+
+def test_a_controller_that_does_not_answer_ends_nothing() -> None:
+    """A requeued job's earlier run left exit 143; while slurmctld is unheard that file says nothing of the job."""
+    job = slurm.SlurmJob("17", "/runs/j")
+    unheard = FunctionHost(lambda line: CommandResult(
+        1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)", 0.0),
+        files={"/runs/j/exit": b"143\n"})
+    found = slurm.states(unheard, job)[None]
+    assert found.state == slurm.UNANSWERED and found.active and "Unable to contact" in found.reason
+    forgotten = FunctionHost(lambda line: CommandResult(1, "", "slurm_load_jobs error: Invalid job id specified", 0.0)
+                             if line.startswith("scontrol") else (1, ""), files={"/runs/j/exit": b"143\n"})
+    assert slurm.states(forgotten, job)[None] == slurm.TaskState(None, "FAILED", "", 143)

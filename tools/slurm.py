@@ -6,7 +6,8 @@ A job is a folder on the host, like a detached run (tools/runs.py), so a restart
     job.sh      the batch script: runs the shard's command.sh, then writes its exit code (tmp file + mv)
     jobid       what ``sbatch --parsable`` answered, written by the same shell line that submitted it
     log / log.<k>     the job's (or shard k's) stdout and stderr: sbatch ``--output``, opened for append
-    exit / exit.<k>   the command's exit code, once it ended on its own (a job the scheduler killed has none)
+    exit / exit.<k>   the command's exit code, once it ended on its own (a job the scheduler killed has none);
+                      removed when a run of the job starts (a requeued job's earlier run left its own)
 
 State comes from ``scontrol show job`` while slurmctld remembers the job (MinJobAge), then from ``sacct`` (with
 accounting storage) or ``sacct -c`` (a jobcomp file): the names are Slurm's own (COMPLETED, FAILED, TIMEOUT…).
@@ -28,9 +29,12 @@ from tools.host import Host, as_shell
 from tools.runs import MAX_CHUNK, LogChunk
 
 SHARD_PLACEHOLDER = "{shard}"  # in the command (and --validate): the shard's index
+# Not Slurm's: scontrol got no answer from slurmctld (restarting, busy). Nothing is known, so nothing has ended.
+UNANSWERED = "UNANSWERED"
 # States in which the job may still produce output; every other state is final.
-ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                    "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+ACTIVE = frozenset({UNANSWERED, "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
+                    "REQUEUE_FED", "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD",
+                    "SPECIAL_EXIT"})
 
 # Each task has an IPC folder of its own (tools/ipc_dir.py), named in ``ipc[.<task>]``: removed when its command
 # ends, also on scancel's TERM (the trap runs once the command has ended), and by medic (drop_ipc) once the job
@@ -40,6 +44,7 @@ _JOB_SH = """#!/bin/sh
 d=@DIR@
 s=${SLURM_ARRAY_TASK_ID:-}
 MEDIC_SHARD=$s; export MEDIC_SHARD
+rm -f "$d/exit${s:+.$s}"
 trap : TERM
 @IPC@/bin/sh "$d/command${s:+.$s}.sh"
 code=$?
@@ -207,8 +212,11 @@ def parse_sacct(text: str, job_id: str) -> list[TaskState]:
 
 def states(host: Host, job: SlurmJob) -> dict[int | None, TaskState]:
     """Each task's state. A task Slurm has forgotten and no record holds is read from its ``exit`` file (it ran
-    to its end), else it is ``UNKNOWN``."""
+    to its end), else it is ``UNKNOWN``; while slurmctld does not answer, every task is ``UNANSWERED``."""
     answer = host.run(["scontrol", "show", "job", "-o", job.job_id], timeout=30.0)
+    if not answer.ok and "Invalid job id" not in answer.stderr:  # unheard, not forgotten: no exit file is read
+        said = " ".join(answer.stderr.split())[-200:] or f"exit {answer.exit_code}"  # (it may be an earlier run's)
+        return {key: TaskState(key, UNANSWERED, said) for key in job.keys}
     found = {s.shard: s for s in parse_scontrol(answer.stdout)} if answer.ok else {}
     if not found:  # slurmctld forgot it (MinJobAge): accounting, else the jobcomp file
         for argv in (["sacct", "-n", "-P", "-X", "-j", job.job_id, "-o", "JobID,State,ExitCode,Reason"],

@@ -150,11 +150,12 @@ class SlurmHandle:
             self.deps.record("scheduler", "watch", {"job_id": self.job.job_id, "state": "REQUEUED",
                                                     "reason": f"restart {restarts}", "launch": self.record["n"]})
         pending = [s for s in self.last.values() if s.state == "PENDING"]
-        reason = pending[0].reason if pending else ""
-        if reason != self.reason:  # why it waits, once per change: Priority, Resources, BeginTime…
+        waiting = pending or [s for s in self.last.values() if s.state == slurm.UNANSWERED]
+        reason = waiting[0].reason if waiting else ""
+        if reason != self.reason:  # why it waits, once per change: Priority, Resources, BeginTime, no answer…
             self.reason = reason
             if reason:
-                self.deps.record("scheduler", "watch", {"job_id": self.job.job_id, "state": "PENDING",
+                self.deps.record("scheduler", "watch", {"job_id": self.job.job_id, "state": waiting[0].state,
                                                         "reason": reason, "launch": self.record["n"]})
         if reason in NEVER_STARTS and len(pending) == sum(1 for s in self.last.values() if s.active):
             self.stuck = reason  # as submitted it can never start here: no use waiting for the time budget
