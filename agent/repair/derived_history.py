@@ -71,13 +71,14 @@ def environment_history(ctx: RepairContext, fault: Fault) -> list[Candidate]:
 
 def proven(ctx: RepairContext, module: str, declared: Declared, pristine: PristineImport, requirement: str,
            reason: str, attempt: Tried) -> Candidate:
-    step = pip_step(ctx.python, attempt.plan)
+    step = pip_step(ctx.python, attempt.plan, attempt.held)
     why = (f"{module} does not import as shipped ({one_line(pristine.error)[:160]}), though every range "
            f"{declared.name} {declared.version} declares is met; {reason}: {requirement}, with what pip installs "
            f"beside it ({', '.join(attempt.plan)}), laid over the env in a scratch folder, makes it import. Install "
            f"it into the target env (no code patch)")
     evidence = (f"pristine import of {module}: {one_line(pristine.error)[:200]}", f"{reason}: {requirement}",
-                f"pip's plan for {requirement} in the target env: {', '.join(attempt.plan)}",
+                f"pip's plan for {requirement} in the target env: {', '.join(attempt.plan)}"
+                + (f" (with {', '.join(attempt.held)} held)" if attempt.held else ""),
                 f"import {module} (and the library beside it) with that plan laid over the env: ok")
     check = Check("import", module)
     patch = env_patch((), rationale=why, origin="derived:host:history", evidence=evidence,

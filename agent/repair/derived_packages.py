@@ -144,6 +144,7 @@ def installed_as_declared(ctx: RepairContext, fault: Fault, frame: FrameRef, mod
     if not tried.ok:
         plan = ", ".join(tried.plan[:MAX_NAMED]) + (f", … ({len(tried.plan)} in all)"
                                                     if len(tried.plan) > MAX_NAMED else "")
+        plan += f" with {', '.join(tried.held)} held" if tried.held else ""
         raise NotProven(f"{fault.summary}: {declared.name} {declared.version} imports {module} (from {where}) and "
                         f"declares {', '.join(specs)}, which is not installed in the target env; what pip would "
                         f"install for it here is not proven ({plan or 'no plan'}: {tried.detail}): "
@@ -151,11 +152,13 @@ def installed_as_declared(ctx: RepairContext, fault: Fault, frame: FrameRef, mod
     why = (f"{declared.name} {declared.version} imports {module} (from {where}) and declares {', '.join(specs)}, which "
            f"is not installed in the target env: install what it declares (no code patch)")
     evidence = (f"{where}: {fault.message[:200]}", *(str(pip_lines[m]) for m in wanted),
-                f"pip's plan for it in the target env: {', '.join(tried.plan)}",
+                f"pip's plan for it in the target env: {', '.join(tried.plan)}"
+                + (f" (with {', '.join(tried.held)} held)" if tried.held else ""),
                 f"import {module} (and the library beside it) with that plan laid over the env: ok")
     checks = (Check("import", module),)
+    step = pip_step(ctx.python, tried.plan, tried.held)
     patch = env_patch((), rationale=why, origin="derived:host:requirement_missing", evidence=evidence,
-                      checks=tuple(c.describe() for c in checks), host_steps=(pip_step(ctx.python, tried.plan),))
+                      checks=tuple(c.describe() for c in checks), host_steps=(step,))
     return Candidate(patch, patch.origin, why, evidence, checks)
 
 
