@@ -181,3 +181,8 @@ def library_call_node(ctx: RepairContext, path: str, lineno: int, name: str) -> 
         return None
     call = lib.call_at(lineno, name)
     return (lib, call) if call is not None else None
+
+
+def one_line(text: str) -> str:
+    """A statement or a message as one line of a stop or an evidence line (its newlines and indents folded)."""
+    return " ".join(text.split())

@@ -24,8 +24,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agent.repair.context import grep_sources, read_source
-from agent.repair.derived_named_option import on_the_command, one_line, switches_of
+from agent.repair.context import grep_sources, one_line, read_source
+from agent.repair.derived_named_option import on_the_command, switches_of
 from agent.repair.derived_option_branch import library_cli
 from agent.repair.edits import conjuncts
 from agent.repair.types import Candidate, Fault, RepairContext

@@ -27,7 +27,7 @@ from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as Spec
 from packaging.version import InvalidVersion, Version
 
-from agent.repair.context import module_of
+from agent.repair.context import module_of, one_line
 from agent.repair.derived_packages import fails_as_shipped
 from agent.repair.types import Candidate, Check, Fault, NotProven, RepairContext
 from tools.diffs import env_patch
@@ -178,7 +178,3 @@ def stop_line(ctx: RepairContext, package: str, pristine: PristineImport, tried:
                          for t in tried) or "no earlier release of what it runs through to try"
     return (f"environment mismatch: {package} does not import as shipped ({one_line(pristine.error)[:200]}, raised at "
             f"{raising_frame(ctx, package, pristine)}); nothing proven to make it import: {attempts}")
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent.repair.context import asked_once, grep_sources
+from agent.repair.context import asked_once, grep_sources, one_line
 from agent.repair.derived_option_branch import library_cli
 from agent.repair.edits import conjuncts
 from agent.repair.option_probe import CLI_ACTIONS, MARK, run_probe
@@ -142,8 +142,4 @@ def on_the_command(ctx: RepairContext, option: str, origin: str, said: str, evid
            "alone)")
     edit = ArgEdit(option=option, value=None, command=which)
     return Candidate(arg_patch((edit,), rationale=why, origin=origin, evidence=evidence), origin, why, evidence)
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
 
