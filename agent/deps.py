@@ -78,6 +78,7 @@ class Deps:
             fixable_packages=tuple(target.fixable_packages),
             library_packages=tuple(target.library_packages),
             workdir=target.workdir,
+            own_roots=tuple(target.extra_patch_roots),
             versions=dict(pre.get("versions", {})),
             site_packages=tuple(pre.get("site_packages", ())),
             server_command=tuple(with_options(seen_through(target, state).server_command or (),  # a wrapper's too

@@ -49,7 +49,7 @@ def find_module(ctx: RepairContext, src: Source, module: str, level: int) -> Sou
         at = src.path.rfind(f"/{top}/")
         if top in ctx.fixable_packages and at >= 0:
             candidates.append(src.path[: at + 1] + rel)
-        if ctx.workdir and src.path.startswith(ctx.workdir.rstrip("/") + "/"):  # a module next to a job's script
+        if ctx.in_own_code(src.path):  # a module next to a job's script
             candidates.append(posixpath.join(posixpath.dirname(src.path), rel))
     for stem in candidates:
         for path in (stem + ".py", stem + "/__init__.py"):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from agent.repair import (
     derived_absorbed,
+    derived_awaited_write,
     derived_branch_switch,
     derived_calls,
     derived_dataflow,
@@ -72,6 +73,8 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("changed_return_shape", derived_dataflow.changed_return_shape),
     ("protocol_step", derived_dataflow.mandatory_protocol_step),
     ("main_guard", derived_driver.main_guard),  # the user's driver, from the interpreter's own words
+    # the caller used a file the library answered with before the library's writer let go of it
+    ("awaited_write", derived_awaited_write.awaited_write),
     ("environment", derived_env.environment_remedy),
     # a host-dependent choice of the library, taken another way by an option of the job's command
     ("option_branch", derived_option_branch.option_branch_remedy),

@@ -146,6 +146,7 @@ class RepairContext:
     fixable_packages: tuple[str, ...] = ("speculators",)
     library_packages: tuple[str, ...] = ("vllm",)
     workdir: str = ""
+    own_roots: tuple[str, ...] = ()  # each --patch-root: the person's code like the workdir (a job's script folder)
     versions: dict[str, str] = field(default_factory=dict)
     site_packages: tuple[str, ...] = ()
     architectures: tuple[str, ...] = ()  # the target model's, from its config.json (what the library will build)
@@ -160,8 +161,7 @@ class RepairContext:
     def api_packages(self, path: str) -> tuple[str, ...]:
         """Whose installed signatures the code at ``path`` must fit: the libraries', and for the user's own
         driver (the workdir) the fixable packages' too — a driver calls speculators the way speculators calls vLLM."""
-        in_workdir = bool(self.workdir) and path.startswith(self.workdir.rstrip("/") + "/")
-        return (*self.library_packages, *self.fixable_packages) if in_workdir else self.library_packages
+        return (*self.library_packages, *self.fixable_packages) if self.in_own_code(path) else self.library_packages
 
     def library_package(self, path: str) -> str | None:
         """The library package whose installed code ``path`` is; None for the fixable code and anything else."""
@@ -170,7 +170,9 @@ class RepairContext:
         return next((pkg for pkg in self.library_packages if installed_in(path, pkg)), None)
 
     def is_fixable(self, path: str) -> bool:
-        """Code medic adapts to the library: the user's workdir and the fixable packages."""
-        if self.workdir and path.startswith(self.workdir.rstrip("/") + "/"):
-            return True
-        return any(installed_in(path, pkg) for pkg in self.fixable_packages)
+        """Code medic adapts to the library: the user's own (workdir, --patch-root) and the fixable packages."""
+        return self.in_own_code(path) or any(installed_in(path, pkg) for pkg in self.fixable_packages)
+
+    def in_own_code(self, path: str) -> bool:
+        """The user's workdir, or a folder they named with --patch-root."""
+        return any(root and path.startswith(root.rstrip("/") + "/") for root in (self.workdir, *self.own_roots))
