@@ -25,6 +25,7 @@ from bench.space_judge import judge, lab_checker  # noqa: E402
 from bench.space_pair import Pair  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  # noqa: E402
 from lab.lab_requirements import pip_refusal  # noqa: E402
+from lab.server_lab import ServerLabPaths  # noqa: E402
 from lab.server_pair_lab import server_lab_builder  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
 from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
@@ -160,7 +161,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
         kept = list(read_checkpoint(session)[0].get("patches") or [])
         try:
-            necessity = leave_each_out(config, kept, lambda: lab_checker(str(spec["flavour"]), lab).returncode == 0)
+            output = ServerLabPaths(lab).output if spec["flavour"] == "server" else LabPaths(lab).output
+            necessity = leave_each_out(config, kept, lambda: lab_checker(str(spec["flavour"]), lab).returncode == 0,
+                                       output)
         except Exception as err:  # the oracle's own failure never loses the session's verdict
             necessity = {"error": f"{type(err).__name__}: {err}"}
     return {"medic_outcome": outcome, "host_steps": steps, "seconds": seconds, "necessity": necessity,
