@@ -84,14 +84,16 @@ def leave_each_out(config: SessionConfig, kept: list[dict[str, Any]], judged_ok:
                    output: Path | None = None) -> dict[str, Any]:
     """``kept``: the session's kept patches (state["patches"]); ``judged_ok()``: the lab's checker on ``output``
     (the job's output file or folder). Returns {"needless": [ids], "needed": [ids], "unknown": {id: why}}."""
-    aside = output.with_name(output.name + ".verified") if output is not None else None
-    if output is not None and aside is not None and output.exists():
-        remove(aside)
+    if output is None:
+        return each_left_out(config, kept, judged_ok, None)
+    aside = output.with_name(output.name + ".verified")
+    remove(aside)
+    if output.exists():
         os.replace(output, aside)
     try:
         return each_left_out(config, kept, judged_ok, output)
     finally:
-        if output is not None and aside is not None and aside.exists():
+        if aside.exists():
             remove(output)
             os.replace(aside, output)
 

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from agent.faults import fault_from_log
-from agent.repair.derived_awaited_write import awaited_write
+from agent.repair.derived_awaited_write import awaited_write, with_imports
+from agent.repair.edits import Source
 from agent.repair.types import RepairContext
 from lab.server_lab import ServerLabPaths
 from tools.host import LocalHost
@@ -113,3 +114,13 @@ def test_a_missing_file_with_no_companion_is_not_a_write_to_wait_for(server_lab:
                           capture_output=True, timeout=60)
     assert b"FileNotFoundError" in gone.stderr, gone.stderr
     assert awaited_write(context(server_lab, tmp_path, ()), fault_from_log(gone.stderr)) == []
+
+
+def test_the_imports_the_wait_needs_go_after_a_docstring_and_future_imports() -> None:
+    futures = '"""doc."""\nfrom __future__ import annotations\n\nx = 1\n'
+    assert with_imports(Source("/s.py", futures), ("fcntl", "os")) == (
+        '"""doc."""\nfrom __future__ import annotations\n\nimport fcntl\nimport os\nx = 1\n')
+    has_os = "import os\nimport sys\n"
+    assert with_imports(Source("/s.py", has_os), ("fcntl", "os")) == "import fcntl\nimport os\nimport sys\n"
+    assert with_imports(Source("/s.py", "from __future__ import annotations\n"), ("os",)) == (
+        "from __future__ import annotations\nimport os\n")

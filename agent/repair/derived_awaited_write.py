@@ -48,17 +48,16 @@ def awaited_write(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     if named is None:
         return []
     missing = named.group(1)
+    called = {f.func for f in fault.frames if not ctx.is_fixable(f.file)}  # what raised, outside the person's code
     for wait in library_waits(ctx):
         if not ctx.host.exists(missing + wait.suffix):
             continue  # the library made no companion for this file: its lock says nothing of it
-        called = {f.func for f in fault.frames if not ctx.is_fixable(f.file)}
         for frame in fixable_frames(ctx, fault):
             src = read_source(ctx, frame.file)
             stmt = src.statement_at(frame.line) if src is not None else None
             used = path_argument(stmt, called) if stmt is not None else None
-            if src is None or stmt is None or used is None:
-                continue
-            return [waited(ctx, src, stmt, src.segment(used), wait, missing, frame.line)]
+            if src is not None and stmt is not None and used is not None:
+                return [waited(ctx, src, stmt, src.segment(used), wait, missing, frame.line)]
     return []
 
 
@@ -130,14 +129,18 @@ def waited(ctx: RepairContext, src: Source, stmt: ast.stmt, used: str, wait: Wai
 
 
 def with_imports(src: Source, modules: tuple[str, ...]) -> str:
-    """The text with ``import <m>`` added before the first top-level import for each module it does not import."""
+    """The text with ``import <m>`` for each module it does not import, before its first import (after its
+    docstring and ``from __future__`` lines, which must stay first), or at its end when it has no other statement."""
     have = {alias.name for node in src.tree.body if isinstance(node, ast.Import) for alias in node.names
             if alias.asname is None}
     wanted = [f"import {m}" for m in modules if m not in have]
-    first = next((node for node in src.tree.body if isinstance(node, ast.Import | ast.ImportFrom)
-                  and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")), None)
     if not wanted:
         return src.text
+    body = list(src.tree.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the module's docstring
+    rest = [node for node in body if not (isinstance(node, ast.ImportFrom) and node.module == "__future__")]
+    first = next((node for node in rest if isinstance(node, ast.Import | ast.ImportFrom)), rest[0] if rest else None)
     if first is None:
-        return "".join(f"{line}\n" for line in wanted) + src.text
+        return src.text + ("" if src.text.endswith("\n") or not src.text else "\n") + "".join(f"{m}\n" for m in wanted)
     return insert_before_statement(src, first.lineno, wanted)
