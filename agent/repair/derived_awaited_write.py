@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from agent.repair.context import candidate, evidence_line, fixable_frames, grep_sources, read_source
-from agent.repair.edits import Source, insert_before_statement
+from agent.repair.edits import Source, insert_before_statement, last_name
 from agent.repair.types import Candidate, Check, Fault, RepairContext
 
 ORIGIN = "derived:awaited_write"
@@ -100,10 +100,6 @@ def path_argument(stmt: ast.stmt, called: set[str]) -> ast.expr | None:
                 return call.args[i + 1]
     return None
 
-
-def last_name(node: ast.AST) -> str | None:
-    """``move`` for ``move`` and for ``shutil.move``."""
-    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
 
 
 def waited(ctx: RepairContext, src: Source, stmt: ast.stmt, used: str, wait: Wait, missing: str,

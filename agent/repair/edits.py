@@ -115,11 +115,12 @@ def conjuncts(test: ast.expr) -> list[ast.expr]:
 
 
 def callee_name(call: ast.Call) -> str | None:
-    if isinstance(call.func, ast.Name):
-        return call.func.id
-    if isinstance(call.func, ast.Attribute):
-        return call.func.attr
-    return None
+    return last_name(call.func)
+
+
+def last_name(node: ast.AST) -> str | None:
+    """``move`` for ``move`` and for ``shutil.move``; None for anything but a name or an attribute."""
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
 
 
 def dotted_name(node: ast.AST) -> str | None:

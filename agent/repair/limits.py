@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from agent.repair.context import library_definitions, read_source
+from agent.repair.edits import last_name
 from agent.repair.types import Fault, RepairContext
 from tools import pysyntax
 from tools import source as src_tools
@@ -56,8 +57,7 @@ def guarding_predicate(tree: ast.AST, line: int) -> str | None:
         raises = any(isinstance(n, ast.Raise) and n.lineno <= line <= (n.end_lineno or n.lineno)
                      for stmt in node.body for n in ast.walk(stmt))
         if line in body_lines and raises:
-            func = node.test.operand.func
-            return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            return last_name(node.test.operand.func)
     return None
 
 
@@ -91,8 +91,7 @@ def class_bases(found: src_tools.SymbolLocation) -> list[str]:
             header = header[:at + 1] if char == ")" else ""
             break
     node = next((n for n in ast.walk(parsed(f"class _{header}: pass")) if isinstance(n, ast.ClassDef)), None)
-    names = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else "" for b in
-             node.bases] if node else []
+    names = [last_name(b) for b in node.bases] if node else []
     return [n for n in names if n]
 
 

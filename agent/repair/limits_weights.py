@@ -22,7 +22,7 @@ import types
 from collections.abc import Iterator
 
 from agent.repair.context import read_source
-from agent.repair.edits import Source
+from agent.repair.edits import Source, callee_name
 from agent.repair.limits import in_library, installed_version, library_of
 from agent.repair.types import Fault, FrameRef, RepairContext
 from tools.errors import MedicError
@@ -114,7 +114,7 @@ def guarded_weights(tree: ast.AST, key: str) -> list[tuple[ast.expr, int]]:
             if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
                 continue
             made = {t.attr for t in stmt.targets if isinstance(t, ast.Attribute)}
-            parameter = names[-1] in made and callee(stmt.value).endswith("Parameter")
+            parameter = names[-1] in made and (callee_name(stmt.value) or "").endswith("Parameter")
             module = len(names) > 1 and names[-1] in MODULE_WEIGHTS and names[-2] in made
             if parameter or module:
                 found.append((node.test, stmt.lineno))
@@ -142,10 +142,6 @@ def with_own_attributes(tree: ast.AST, test: ast.expr, line: int) -> ast.expr:
 
     return Given().visit(copy.deepcopy(test))
 
-
-def callee(call: ast.Call) -> str:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def config_fields(test: ast.expr) -> set[str]:

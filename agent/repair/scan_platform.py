@@ -20,7 +20,7 @@ import re
 
 from agent.repair.context import library_definitions, module_file, read_source
 from agent.repair.derived_platform import METADATA_CALLS, distribution_of, library_predicate
-from agent.repair.edits import Source, callee_name
+from agent.repair.edits import Source, callee_name, last_name
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 from tools import env_scripts
 from tools.errors import MedicError
@@ -159,4 +159,4 @@ def calls_with_guard(tree: ast.AST) -> list[tuple[ast.Call, bool]]:
 
 def handler_names(handler: ast.ExceptHandler) -> set[str]:
     types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type] if handler.type else []
-    return {t.attr if isinstance(t, ast.Attribute) else t.id if isinstance(t, ast.Name) else "" for t in types}
+    return {last_name(t) or "" for t in types}
