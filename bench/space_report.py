@@ -95,11 +95,30 @@ def write_reports(pairs: list[Pair], results: dict[str, dict[str, Any]], path: P
              "## Faults by class", "", *fault_classes([results[p.key] for p in ran]), "",
              f"## Refused before any build ({len(refused)} pairs: the declared requirements cannot meet)", "",
              "```text", *(f"{p.key:<16} {p.verdict}" for p in refused), "```", "",
+             *forced_section(pairs, results),
              f"Releases with no extraction API (neither the in-process generator nor a server client): "
              f"{', '.join(no_api) or 'none'} ({sum(1 for p in pairs if p.flavour == 'none')} pairs).", "",
              "## Totals", "", "```text", last, "```", ""]
     write_atomic(path.with_name("RESULTS-space.md"), "\n".join(lines))
     return lines[:-2]
+
+
+def forced_section(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> list[str]:
+    """The column apart: refused pairs run with the client forced in (``bench/space.py --no-deps``), never counted
+    in the totals above, with their own line."""
+    forced = [f for p in pairs if p.flavour == "server" and (f := p.forced()).key in results]
+    if not forced:
+        return []
+    rows = [results[f.key] for f in forced]
+    last = (f"no_deps: pairs={len(rows)} verified={sum(bool(r.get('verified')) for r in rows)} "
+            f"honest_stops={sum(bool(r.get('honest_stop')) for r in rows)} "
+            f"wrong={sum(len(r.get('wrong') or []) for r in rows)} "
+            f"needless={sum(len(r.get('needless') or []) for r in rows)} "
+            f"false_success={sum(bool(r.get('false_success')) for r in rows)}")
+    return [f"## Forced in with --no-deps ({len(rows)} refused pairs, as some users install them)", "",
+            "The client's requirements that pip refuses under the server's pins are left out (each row's `forced` "
+            "in the results file); the server's pins win.", "", "```text",
+            *table(COLUMNS, (row_cells(f, r) for f, r in zip(forced, rows, strict=True)), "detail"), last, "```", ""]
 
 
 def replayed_exact(said: object) -> bool:

@@ -27,7 +27,7 @@ from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  #
 from lab.lab_requirements import pip_refusal  # noqa: E402
 from lab.server_lab import ServerLabPaths  # noqa: E402
 from lab.server_pair_lab import server_lab_builder  # noqa: E402
-from lab.server_pairs import ServerPair  # noqa: E402
+from lab.server_pairs import FORCED_FILE, ServerPair  # noqa: E402
 from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
 
 # the labs `make test` builds and the tests copy: a run never removes these
@@ -37,13 +37,13 @@ MAX_HOST_STEPS = 3
 
 def lab_root(pair: Pair) -> Path:
     if pair.flavour == "server":
-        return ServerPair(pair.spec, pair.vllm).default_root()
+        return ServerPair(pair.spec, pair.vllm, pair.no_deps).default_root()
     return Variant(pair.vllm, pair.spec).default_root()
 
 
 def builder(pair: Pair, root: Path) -> LabBuilder:
     if pair.flavour == "server":
-        return server_lab_builder(LabPaths(root), pair=ServerPair(pair.spec, pair.vllm))
+        return server_lab_builder(LabPaths(root), pair=ServerPair(pair.spec, pair.vllm, pair.no_deps))
     return LabBuilder(LabPaths(root), variant=Variant(pair.vllm, pair.spec))
 
 
@@ -93,10 +93,14 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity
         if fresh and not keep:
             shutil.rmtree(root, ignore_errors=True)
         return failed
-    copy = work / pair.key.replace(":", "_")
+    copy = work / pair.key.replace(":", "_").replace("+", "_")
+    forced = built / FORCED_FILE
     try:
         private_copy(pair, built, copy)
-        return medic_on_copy(pair, copy, work, max_launches, necessity=necessity)
+        row = medic_on_copy(pair, copy, work, max_launches, necessity=necessity)
+        if forced.exists():  # what the forced install left out, as pip said it
+            row["forced"] = forced.read_text().splitlines()
+        return row
     finally:
         if keep:
             unmark(root)

