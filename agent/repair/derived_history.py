@@ -27,9 +27,9 @@ from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as Spec
 from packaging.version import InvalidVersion, Version
 
-from agent.repair.context import module_of, one_line
-from agent.repair.derived_packages import fails_as_shipped
-from agent.repair.types import Candidate, Check, Fault, NotProven, RepairContext
+from agent.repair.context import one_line
+from agent.repair.derived_packages import ImportMismatch, fails_as_shipped, stop_line
+from agent.repair.types import Candidate, Check, Fault, RepairContext
 from tools.diffs import env_patch
 from tools.envprobe import PristineImport
 from tools.errors import SourceError
@@ -38,14 +38,6 @@ from tools.overlay import Tried, pip_step, try_overlay
 from tools.requirements import Declared, Requirement, normalize
 
 MAX_TRIES = 5  # each is a pip plan, a download and an import in the target env
-FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-
-
-class ImportMismatch(NotProven):
-    """The fixable package does not import as shipped and no change to the env could be proven: why medic stops,
-    unless another repair proved the cause (a name the caller imports that the library defines nowhere)."""
-
-    general = True
 
 
 def environment_history(ctx: RepairContext, fault: Fault) -> list[Candidate]:
@@ -162,19 +154,3 @@ def newest(versions: list[str], oldest: bool = False) -> str:
     pick = min if oldest else max
     return pick(versions, key=lambda v: version_of(v) or Version("0"))
 
-
-def raising_frame(ctx: RepairContext, package: str, pristine: PristineImport) -> str:
-    """The innermost frame of the pristine import's traceback in the package itself: ``pkg/mod.py:12 (<module>)``."""
-    for match in reversed(list(FRAME.finditer(pristine.traceback))):
-        module = module_of(ctx, match["file"])
-        if module and module.split(".")[0] == package:
-            rel = match["file"][match["file"].rfind(f"/{package}/") + 1:]
-            return f"{rel}:{match['line']} ({match['func']})"
-    return "no frame of the package in its traceback"
-
-
-def stop_line(ctx: RepairContext, package: str, pristine: PristineImport, tried: list[Tried]) -> str:
-    attempts = "; ".join(f"{' '.join(t.requirements) or 'the registry'}: {t.detail or 'does not import'}"[:200]
-                         for t in tried) or "no earlier release of what it runs through to try"
-    return (f"environment mismatch: {package} does not import as shipped ({one_line(pristine.error)[:200]}, raised at "
-            f"{raising_frame(ctx, package, pristine)}); nothing proven to make it import: {attempts}")

@@ -6,9 +6,13 @@ package was being imported). Before anything is blamed on medic's own patches, t
 its wheel shipped it (tools/envprobe.pristine_import): if it imports, this is no environment fault. If it fails
 too, the package's declared ranges are read in the target env (tools/requirements.py, with ``pip check``'s own
 line as evidence), and a distribution outside its range whose modules the failure runs through, or names, is
-the cause. The remedy is a host step installing the declared range into the target env,
-``<python> -m pip install '<name><range>'``, which only a person (or a policy rule) takes; never a code patch
-(agent/repair/registry.py asks this repair first and alone), and no patch of medic's is reverted for it.
+the cause. The remedy is a host step installing the declared range into the target env, proven first as
+derived_history's are (pip's plan for the range laid over the env in a scratch folder: the package and the library
+import, and no range they declare that the env meets today is left): ``<python> -m pip install '<name>==<v>' …``,
+exactly the plan proven, which only a person (or a policy rule) takes; never a code patch. A range that cannot be
+proven (the library's own pins refuse it: a client forced in beside a server) is the stop "environment
+mismatch: …" with what was tried. agent/repair/registry.py asks this repair first and alone, and no patch of
+medic's is reverted for it.
 """
 
 from __future__ import annotations
@@ -16,17 +20,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agent.repair.context import module_of
+from agent.repair.context import module_of, one_line
 from agent.repair.types import Candidate, Check, Fault, FrameRef, NotProven, RepairContext
 from tools.diffs import env_patch
 from tools.envprobe import PristineImport, pristine_import
 from tools.errors import MedicError
-from tools.overlay import pip_step, try_overlay
+from tools.overlay import Tried, pip_step, try_overlay
 from tools.requirements import Declared, Missing, Requirement, declared_ranges, normalize, pip_check, pip_says
 
 MODULE_FRAME = "<module>"
 NO_MODULE = re.compile(r"No module named '([\w.]+)'")
 MAX_NAMED = 4  # of a plan's distributions, in a stop's sentence
+FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+
+
+class ImportMismatch(NotProven):
+    """The fixable package does not import as shipped and no change to the env could be proven: why medic stops,
+    unless another repair proved the cause (a name the caller imports that the library defines nowhere)."""
+
+    general = True
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,14 @@ def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidat
     said = pip_check(ctx.host, ctx.python)
     if said is None:
         return []  # an env without pip: the remedy below could not run there
-    step = pip_step(ctx.python, tuple(r.pip_spec for r in culprits))
+    # proven before it is proposed: pip's plan for the declared range, laid over the env, imports the package and
+    # the library and leaves every range they declare that the env meets today (a client forced in beside a
+    # server whose pins it refuses: the server's range wins, and nothing is proposed)
+    wanted = tuple(r.pip_spec for r in culprits)
+    attempt = try_overlay(ctx.host, ctx.python, (module, *ctx.library_packages), wanted, ctx.job_env)
+    if not attempt.ok:
+        raise ImportMismatch(stop_line(ctx, module.split(".")[0], pristine, [attempt]))
+    step = pip_step(ctx.python, attempt.plan, attempt.held)
     names = ", ".join(f"{r.name} {r.installed} (declared {r.specifier})" for r in culprits)
     why = (f"{module} does not import even with medic's patches set aside ({pristine.error[:160]}): "
            f"{declared.name} {declared.version} declares a range that the installed {names} is outside, and the "
@@ -73,7 +92,10 @@ def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidat
     evidence = (f"{frame.file}:{frame.line}: {module} was being imported",
                 f"pristine import of {module}: {pristine.error[:200]}",
                 *(pip_says(said, declared.name, r.name) or
-                  f"{declared.name} requires {r.pip_spec}; installed: {r.name} {r.installed}" for r in culprits))
+                  f"{declared.name} requires {r.pip_spec}; installed: {r.name} {r.installed}" for r in culprits),
+                f"pip's plan for {' '.join(wanted)} in the target env: {', '.join(attempt.plan)}"
+                + (f" (with {', '.join(attempt.held)} held)" if attempt.held else ""),
+                f"import {module} (and the library beside it) with that plan laid over the env: ok")
     checks = tuple(Check("in_range", declared.name, r.name) for r in culprits)
     patch = env_patch((), rationale=why, origin="derived:host:requirement", evidence=evidence,
                       checks=tuple(c.describe() for c in checks), host_steps=(step,))
@@ -167,3 +189,20 @@ def provides(distribution: str, module: str) -> bool:
     name with a suffix (flashinfer-python provides flashinfer). Read from names only: the distribution is absent."""
     name, top = normalize(distribution), normalize(module)
     return name == top or name.startswith(top + "-")
+
+
+def raising_frame(ctx: RepairContext, package: str, pristine: PristineImport) -> str:
+    """The innermost frame of the pristine import's traceback in the package itself: ``pkg/mod.py:12 (<module>)``."""
+    for match in reversed(list(FRAME.finditer(pristine.traceback))):
+        module = module_of(ctx, match["file"])
+        if module and module.split(".")[0] == package:
+            rel = match["file"][match["file"].rfind(f"/{package}/") + 1:]
+            return f"{rel}:{match['line']} ({match['func']})"
+    return "no frame of the package in its traceback"
+
+
+def stop_line(ctx: RepairContext, package: str, pristine: PristineImport, tried: list[Tried]) -> str:
+    attempts = "; ".join(f"{' '.join(t.requirements) or 'the registry'}: {t.detail or 'does not import'}"[:200]
+                         for t in tried) or "no earlier release of what it runs through to try"
+    return (f"environment mismatch: {package} does not import as shipped ({one_line(pristine.error)[:200]}, raised at "
+            f"{raising_frame(ctx, package, pristine)}); nothing proven to make it import: {attempts}")
