@@ -22,7 +22,7 @@ one place and prints ``medic: <message>``; anything else is a bug and keeps its 
     ├── SessionError                exit 2  unknown session or patch id, session locked by another process
     ├── NotProven                           a repair's proof that no change it may make keeps the result: the
     │   │                                   stop's reason, kept by the repair engine (agent/repair/types.py)
-    │   └── ImportMismatch                  the fixable package does not import as shipped (derived_history.py)
+    │   └── ImportMismatch                  the fixable package does not import as shipped (derived_packages.py)
     └── LLMError                            the model endpoint failed after its retries, or broke protocol
 
 How a session ENDS is not an error: it is an outcome (verified, budget, no_repair, waiting, …), and
