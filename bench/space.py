@@ -18,10 +18,10 @@ of each vLLM minor release) the necessity oracle (bench/space_necessity.py): eac
 more launch — a change the output verifies without is needless, and counts as wrong; and the replay oracle: every
 session recorded for the pair (its own, the necessity oracle's) replayed with no host and no model, exact or not.
 
-``--no-deps`` runs the column apart: each server pair pip refused, built with its client forced in as some users
-install it (`medic lab build --flavour server --no-deps`: the client's requirements pip refuses under the server's
-pins are left out, and the row says which); keyed ``SPEC:VLLM+no-deps``, never counted in the totals line, with a
-``no_deps:`` line of its own.
+``--no-deps`` runs the column apart: each pair pip refused for the client's declared ranges, built with its client
+forced in as some users install it (`medic lab build --flavour server --no-deps`: the client's requirements pip
+refuses under the server's pins are left out, and the row says which; the in-process lab installs speculators that
+way already); keyed ``SPEC:VLLM+no-deps``, never counted in the totals line, with a ``no_deps:`` line of its own.
 
 Results are written after every pair to bench/space-results.json (machine-readable, keyed by pair, with the
 medic commit each ran at) and bench/RESULTS-space.md (the table and the totals); a pair already run at this
@@ -108,7 +108,7 @@ def enumerate_pairs() -> list[Pair]:
 def run_order(pairs: list[Pair]) -> list[Pair]:
     """The named pairs first; then round-robin over the vLLM releases, newest first, each release's newest
     client first — so every server release is met once before any is met twice."""
-    candidates = [p for p in pairs if p.verdict is None]
+    candidates = [p for p in pairs if p.verdict is None or p.no_deps]  # a forced pair keeps its refusal's words
     named = [p for key in NAMED for p in candidates if p.key == key]
     by_vllm: dict[str, list[Pair]] = {}
     for pair in sorted(candidates, key=lambda p: Version(p.spec), reverse=True):
@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                              "of each vLLM minor release)")
     parser.add_argument("--results", type=Path, default=RESULTS_JSON, help="the machine-readable results file")
     parser.add_argument("--no-deps", action="store_true",
-                        help="the column apart: the server pairs pip refuses (declared ranges against the server's "
-                             "pins), each built with its client forced in as `pip install --no-deps` users do")
+                        help="the column apart: the pairs pip refuses (the client's declared ranges against the "
+                             "server's pins), each built with its client forced in as `pip install --no-deps` users do")
     parser.add_argument("--min-free-gb", type=float, default=30.0,
                         help="stop before a pair when less disk than this is free (the machine's other work)")
     args = parser.parse_args(argv)
@@ -151,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     order = run_order(pairs)
     chosen_from = pairs
     if args.no_deps:  # what pip refused, before the build or in it
-        order = chosen_from = [p.forced() for p in pairs if p.refused or (
-            p.flavour == "server" and results.get(p.key, {}).get("outcome") == "not installable")]
+        order = chosen_from = run_order([p.forced() for p in pairs if p.refused or (
+            p.flavour == "server" and results.get(p.key, {}).get("outcome") == "not installable")])
     if args.only:
         wanted = [k.strip() for k in args.only.split(",") if k.strip()]
         unknown = [k for k in wanted if k not in known]

@@ -22,9 +22,11 @@ class Pair:
 
     def forced(self) -> Pair:
         """The same releases with the client forced in (``medic lab build --flavour server --no-deps``)."""
-        return Pair(self.spec, self.vllm, self.flavour, self.torch, None, no_deps=True)
+        return Pair(self.spec, self.vllm, self.flavour, self.torch, self.verdict, no_deps=True)
 
     @property
     def refused(self) -> bool:
-        """A server pair whose declared ranges cannot meet: the ones a user forces in with --no-deps."""
-        return self.flavour == "server" and not self.no_deps and self.verdict is not None
+        """A pair whose declared ranges cannot meet: the ones a user forces in with --no-deps (the in-process lab
+        puts speculators in that way already, with its runtime needs under vLLM's pins: only the bench's reading
+        of the declared ranges refuses it)."""
+        return self.flavour != "none" and not self.no_deps and self.verdict is not None

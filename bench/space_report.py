@@ -106,7 +106,7 @@ def write_reports(pairs: list[Pair], results: dict[str, dict[str, Any]], path: P
 def forced_section(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> list[str]:
     """The column apart: refused pairs run with the client forced in (``bench/space.py --no-deps``), never counted
     in the totals above, with their own line."""
-    forced = [f for p in pairs if p.flavour == "server" and (f := p.forced()).key in results]
+    forced = [f for p in pairs if p.flavour != "none" and (f := p.forced()).key in results]
     if not forced:
         return []
     rows = [results[f.key] for f in forced]

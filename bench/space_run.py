@@ -98,8 +98,8 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity
     try:
         private_copy(pair, built, copy)
         row = medic_on_copy(pair, copy, work, max_launches, necessity=necessity)
-        if forced.exists():  # what the forced install left out, as pip said it
-            row["forced"] = forced.read_text().splitlines()
+        if pair.no_deps:  # what the forced install left out, as pip said it (else the declared ranges' refusal)
+            row["forced"] = forced.read_text().splitlines() if forced.exists() else [str(pair.verdict)]
         return row
     finally:
         if keep:

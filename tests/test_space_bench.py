@@ -124,6 +124,8 @@ def test_a_forced_pair_is_a_column_apart_with_its_own_line() -> None:
     refused = Pair("0.5.0", "0.32.0", "server", "2.13.0", verdict="speculators 0.5.0 asks torch<=2.11.0")
     pairs = [Pair("0.9.0", "0.32.0", "server", "2.13.0"), refused]
     assert refused.refused and refused.forced().key == "0.5.0:0.32.0+no-deps" and not refused.forced().refused
+    assert Pair("0.4.0", "0.20.2", "inprocess", "2.11.0", verdict="torch<=2.10.0").refused
+    assert not Pair("0.2.0", "0.32.0", "none", "2.13.0", verdict="no API").refused
     results = {"0.9.0:0.32.0": {"outcome": "verified", "verified": True, "target_launches": 2, "naive_launches": 4},
                "0.5.0:0.32.0+no-deps": {"outcome": "verified", "verified": True, "target_launches": 3,
                                         "naive_launches": 5, "wrong": [], "needless": [],
