@@ -140,7 +140,9 @@ def test_a_forced_client_gets_what_the_servers_pins_allow_and_says_what_was_left
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     pair = ServerPair("0.5.0", "0.32.0", no_deps=True)
     builder = PairLabBuilder(LabPaths(tmp_path / "lab"), pair=pair)
-    subprocess.run([sys.executable, "-m", "venv", str(builder.paths.root / "venv")], check=True)
+    # pip is the base interpreter's, through --system-site-packages (as tests/test_import_history.py's env)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages",
+                    str(builder.paths.root / "venv")], check=True, timeout=120)
     runtime, constraints = tmp_path / "client.txt", tmp_path / "server.txt"
     runtime.write_text("alpha<2\nbeta\n")
     constraints.write_text("alpha==2.0\n")
