@@ -20,7 +20,9 @@ from importlib import metadata
 def modified(dist):
     out = []
     for f in dist.files or ():
-        if f.hash is None or f.hash.mode != "sha256":
+        # what the wheel ships, under site-packages: not the installer's own console scripts (../../../bin/…),
+        # which a venv copied elsewhere has rewritten for its own python
+        if f.hash is None or f.hash.mode != "sha256" or str(f).startswith(".."):
             continue
         path = str(f.locate())
         try:
