@@ -10,9 +10,12 @@ left: its work folder and the labs it had built for a pair.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from lab.paths import LABS_ROOT
@@ -48,6 +51,18 @@ def mark(folder: Path) -> None:
 
 def unmark(folder: Path) -> None:
     (folder / OWNER).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def one_bench_on(lab: Path) -> Iterator[None]:
+    """One bench at a time on a pair's lab, the others wait: two benches sharing a results file (an ``--only``
+    beside the long run) may reach the same pair, and one removing the lab it made while the other built in it left
+    it half-made (its stamps said done, its files were gone), which read as a pair pip refused."""
+    lock = lab.with_name(f".{lab.name}.lock")  # beside the lab, never in it: the lab itself is removed
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
 
 
 def sweep(temp: Path | None = None, labs: Path = LABS_ROOT) -> list[Path]:

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.space_disk import NO_SPACE, OWNER, mark, unmark  # noqa: E402
+from bench.space_disk import NO_SPACE, OWNER, mark, one_bench_on, unmark  # noqa: E402
 from bench.space_judge import judge, lab_checker  # noqa: E402
 from bench.space_pair import Pair  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  # noqa: E402
@@ -86,6 +86,11 @@ def private_copy(pair: Pair, root: Path, dest: Path) -> Path:
 
 
 def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity: bool = True) -> dict[str, Any]:
+    with one_bench_on(lab_root(pair)):
+        return run_pair_alone(pair, work, max_launches, keep=keep, necessity=necessity)
+
+
+def run_pair_alone(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity: bool) -> dict[str, Any]:
     root = lab_root(pair)
     fresh = not root.exists()
     built, failed = build(pair, fresh=fresh)

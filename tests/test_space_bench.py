@@ -231,6 +231,29 @@ def test_a_folder_a_bench_kept_outlives_the_next_benches_sweep(tmp_path: Path) -
     assert (kept / "log").read_text() == "kept"
 
 
+def test_two_benches_on_one_pair_take_turns(tmp_path: Path) -> None:
+    """The second bench to reach a pair's lab waits for the first to be done with it (build, run, removal): the
+    lab one bench removes is never one the other is building in."""
+    lab = tmp_path / "labs" / "server-vllm-0.31.0_spec-0.7.0.1"
+    hold = ("import sys, time; from pathlib import Path; from bench.space_disk import one_bench_on\n"
+            "with one_bench_on(Path(sys.argv[1])):\n"
+            "    print('in', time.time(), flush=True); time.sleep(float(sys.argv[2]))\n"
+            "    print('out', time.time(), flush=True)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([sys.executable, "-c", hold, str(lab), "3"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout is not None and first.stdout.readline().startswith("in ")
+        second = subprocess.run([sys.executable, "-c", hold, str(lab), "0"], env=env, capture_output=True,
+                                text=True, timeout=60, check=True)
+        first_out = float(first.stdout.readline().split()[1])
+    finally:
+        first.kill()
+        first.wait()
+    second_in = float(second.stdout.splitlines()[0].split()[1])
+    assert second_in >= first_out  # it went in only once the first was out
+    assert not lab.exists()  # the lock sits beside the lab, never in it
+
+
 def test_the_bench_stops_before_a_pair_would_fill_the_disk() -> None:
     assert room_for_a_pair(0.0) is None
     said = room_for_a_pair(1e9)
