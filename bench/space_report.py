@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from agent.checks import ENVIRONMENT_MISMATCH
 from bench.space_pair import Pair
 from bench.table import table
 from lab.lab_files import write_atomic
@@ -55,7 +56,10 @@ def totals(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> str:
 
 
 def stop_side(row: dict[str, Any]) -> str:
-    """The side of the last fault a pair met (where a stop ended): "vLLM", "server: the environment", …"""
+    """The side of the last fault a pair met (where a stop ended): "vLLM", "server: the environment", …; a package
+    that does not import as shipped is the environment's, whichever frame raised (pydantic's eval: ``<string>``)."""
+    if str(row.get("detail", "")).startswith(ENVIRONMENT_MISMATCH):
+        return "the environment"
     return str((row.get("faults") or [{}])[-1].get("side", "?"))
 
 

@@ -19,7 +19,7 @@ from bench.space_judge import judge, side_of
 from bench.space_necessity import at_offset, backwards, rewrite_files, take_off, target_without
 from bench.space_pair import Pair
 from bench.space_registry import Release, requires, torch_pin
-from bench.space_report import forced_section, totals
+from bench.space_report import forced_section, stop_side, totals
 from tools.diffs import apply_hunks, parse_diff, unified_diff
 from tools.errors import StaleContext
 from tools.redact import Redactor
@@ -117,6 +117,13 @@ def test_the_totals_line_counts_only_what_ran() -> None:
     # the necessity oracle's approve-mode session that ends waiting for a person replayed whole
     results["0.3.0:0.20.2"]["replay"]["space-0.3.0_0.20.2-without-ab"] = "exact (waits for a person)"
     assert totals(pairs, results).endswith("replayed=1 replay_inexact=0")
+
+
+def test_a_package_that_does_not_import_as_shipped_is_the_environments_stop() -> None:
+    row = {"detail": "environment mismatch: speculators does not import as shipped (PydanticUndefinedAnnotation: …)",
+           "faults": [{"side": "the standard library", "line": "NameError: name 'torch' is not defined"}]}
+    assert stop_side(row) == "the environment"
+    assert stop_side({**row, "detail": "a limit of vllm 0.17.0"}) == "the standard library"
 
 
 def test_a_forced_pair_is_a_column_apart_with_its_own_line() -> None:

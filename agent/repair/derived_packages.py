@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from agent.checks import ENVIRONMENT_MISMATCH
 from agent.repair.context import module_of, one_line
 from agent.repair.types import Candidate, Check, Fault, FrameRef, NotProven, RepairContext
 from tools.diffs import env_patch
@@ -204,5 +205,5 @@ def raising_frame(ctx: RepairContext, package: str, pristine: PristineImport) ->
 def stop_line(ctx: RepairContext, package: str, pristine: PristineImport, tried: list[Tried]) -> str:
     attempts = "; ".join(f"{' '.join(t.requirements) or 'the registry'}: {t.detail or 'does not import'}"[:200]
                          for t in tried) or "no earlier release of what it runs through to try"
-    return (f"environment mismatch: {package} does not import as shipped ({one_line(pristine.error)[:200]}, raised at "
+    return (f"{ENVIRONMENT_MISMATCH} {package} does not import as shipped ({one_line(pristine.error)[:200]}, raised at "
             f"{raising_frame(ctx, package, pristine)}); nothing proven to make it import: {attempts}")
