@@ -28,7 +28,9 @@ from lab.lab_requirements import pip_refusal  # noqa: E402
 from lab.server_lab import ServerLabPaths  # noqa: E402
 from lab.server_pair_lab import server_lab_builder  # noqa: E402
 from lab.server_pairs import FORCED_FILE, ServerPair  # noqa: E402
+from tools import runs  # noqa: E402
 from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
+from tools.host import LocalHost  # noqa: E402
 
 # the labs `make test` builds and the tests copy: a run never removes these
 KEPT_LABS = (DEFAULT_ROOT, Variant("0.18.1", "0.3.0").default_root(), ServerPair().default_root())
@@ -127,8 +129,11 @@ def medic_on_copy(pair: Pair, copy: Path, work: Path, max_launches: int, *, nece
                                                                   "necessity": necessity})],
             cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     except BaseException:  # the bench stopped (Ctrl-C, SIGTERM): a stopped medic leaves its runs up by design
-        subprocess.run([sys.executable, "-c", "from agent.cli.main import main; main()", "stop", session],
-                       cwd=ROOT, env=env, capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+        said = subprocess.run([sys.executable, "-c", "from agent.cli.main import main; main()", "stop", session],
+                              cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+        print(f"medic stop {session} (exit {said.returncode}): {(said.stdout + said.stderr).strip()[-600:]}",
+              file=sys.stderr, flush=True)
+        end_what_is_left(copy)
         raise
     (work / f"{copy.name}.log").write_text(child.stdout + child.stderr)
     try:
@@ -138,6 +143,23 @@ def medic_on_copy(pair: Pair, copy: Path, work: Path, max_launches: int, *, nece
         return {"outcome": "bench error", "detail": f"the child exited {child.returncode}: {tail}"}
     row.update(judge(pair, copy, Path(row.pop("trace")), row))
     return row
+
+
+def end_what_is_left(copy: Path) -> None:
+    """Every run medic launched in the pair's copy, ended (its process group: a server and its workers), whatever
+    ``medic stop`` ended first: the copy is removed next, and no process may outlive the bench. What ``medic stop``
+    missed is said, for it is medic's to end."""
+    def running(run: runs.Run) -> bool:
+        try:
+            return runs.status(LocalHost(), run).state == "running"
+        except MedicError:  # its folder is gone or unreadable: nothing of it to end from here
+            return False
+
+    alive = [run for pid in copy.rglob("runs/*/*/pid") if running(run := runs.Run.in_dir(str(pid.parent)))]
+    if alive:
+        print(f"medic stop left {len(alive)} run(s) up; the bench ends them: "
+              f"{', '.join(run.dir for run in alive)}", file=sys.stderr, flush=True)
+        runs.stop_all(LocalHost(), alive)
 
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:

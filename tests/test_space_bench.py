@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,25 @@ def test_pips_refusal_is_a_verdict_and_an_index_it_could_not_reach_is_none(tmp_p
     said = unreached.stdout + unreached.stderr
     assert unreached.returncode != 0 and "ERROR: Could not find a version" in said
     assert pip_refusal(said) == ""
+
+
+def test_what_a_stopped_bench_left_running_in_a_pairs_copy_is_ended(tmp_path: Path) -> None:
+    """The bench's last word on a pair it was stopped in (after `medic stop`): every run launched in the copy that
+    still runs is ended with its process group, before the copy is removed; an ended one is left as it is."""
+    from bench.space_run import end_what_is_left
+    from tools import runs
+    from tools.host import LocalHost
+
+    copy = tmp_path / "0.6.0.2_0.26.0"
+    folder = copy / "work" / ".medic" / "space-x" / "runs" / "S1"
+    host = LocalHost()
+    server = runs.launch(host, ["sh", "-c", "sleep 300 & sleep 300"], run_dir=str(folder))
+    done = runs.launch(host, ["true"], run_dir=str(folder))
+    for _ in range(100):
+        if runs.status(host, done).state != "running":
+            break
+        time.sleep(0.1)
+    assert runs.status(host, server).state == "running"
+    end_what_is_left(copy)
+    assert runs.status(host, server).state != "running"
+    assert runs.status(host, done).state == "exited"
