@@ -167,12 +167,14 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from agent.cli.run import lab_target
     from agent.config import Budgets, SessionConfig
     from agent.session import pending_interrupt, run_session
+    from agent.session_files import save_config
 
     lab, session = Path(spec["lab"]), str(spec["session"])
     traces = lab.parent / "traces"
     target = lab_target(lab).model_copy(update={"validate_command": None})  # medic's own check
     config = SessionConfig(session_id=session, target=target, traces_dir=str(traces),
                            budgets=Budgets(max_launches=int(spec["max_launches"]), max_wall=3600.0))
+    save_config(config)  # as `medic run` does: `medic stop` (the bench stopped) and `medic resume` find the session
     started = time.monotonic()
     outcome, _ = run_session(config)
     steps: list[dict[str, Any]] = []
