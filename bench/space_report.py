@@ -43,16 +43,20 @@ def totals(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> str:
                and stop_side(r) in ("vLLM", "server: vLLM")]
     extractable = len(installable) - len(refused)
     share = f"{verified / extractable:.0%}" if extractable else "-"
-    return (f"pairs={len(pairs)} installable={len(installable)} verified={verified} "
-            f"honest_stops={sum(bool(r.get('honest_stop')) for r in rows)} "
-            f"wrong={sum(len(r.get('wrong') or []) for r in rows)} "
-            f"needless={sum(len(r.get('needless') or []) for r in rows)} "
-            f"false_success={sum(bool(r.get('false_success')) for r in rows)} "
+    return (f"pairs={len(pairs)} installable={len(installable)} verified={verified} {judged(rows)} "
             f"target_launches_mean={mean([r['target_launches'] for r in launched])} "
             f"naive_launches_mean={mean([r['naive_launches'] for r in launched])} untried={untried} "
             f"extractable={extractable} verified_of_extractable={share} "
             f"replayed={sum(bool(r.get('replay')) for r in rows)} "
             f"replay_inexact={sum(any(not replayed_exact(v) for v in (r.get('replay') or {}).values()) for r in rows)}")
+
+
+def judged(rows: list[dict[str, Any]]) -> str:
+    """What the oracles said of these rows: ``honest_stops=… wrong=… needless=… false_success=…``."""
+    return (f"honest_stops={sum(bool(r.get('honest_stop')) for r in rows)} "
+            f"wrong={sum(len(r.get('wrong') or []) for r in rows)} "
+            f"needless={sum(len(r.get('needless') or []) for r in rows)} "
+            f"false_success={sum(bool(r.get('false_success')) for r in rows)}")
 
 
 def stop_side(row: dict[str, Any]) -> str:
@@ -114,11 +118,7 @@ def forced_section(pairs: list[Pair], results: dict[str, dict[str, Any]]) -> lis
     if not forced:
         return []
     rows = [results[f.key] for f in forced]
-    last = (f"no_deps: pairs={len(rows)} verified={sum(bool(r.get('verified')) for r in rows)} "
-            f"honest_stops={sum(bool(r.get('honest_stop')) for r in rows)} "
-            f"wrong={sum(len(r.get('wrong') or []) for r in rows)} "
-            f"needless={sum(len(r.get('needless') or []) for r in rows)} "
-            f"false_success={sum(bool(r.get('false_success')) for r in rows)}")
+    last = f"no_deps: pairs={len(rows)} verified={sum(bool(r.get('verified')) for r in rows)} {judged(rows)}"
     return [f"## Forced in with --no-deps ({len(rows)} refused pairs, as some users install them)", "",
             "The client's requirements that pip refuses under the server's pins are left out (each row's `forced` "
             "in the results file); the server's pins win.", "", "```text",

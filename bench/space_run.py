@@ -27,7 +27,7 @@ from lab.build import DEFAULT_ROOT, LabBuilder, LabPaths, Variant, clone_venv  #
 from lab.lab_requirements import pip_refusal  # noqa: E402
 from lab.server_lab import ServerLabPaths  # noqa: E402
 from lab.server_pair_lab import server_lab_builder  # noqa: E402
-from lab.server_pairs import FORCED_FILE, ServerPair  # noqa: E402
+from lab.server_pairs import ServerPair, left_out  # noqa: E402
 from tools import runs  # noqa: E402
 from tools.errors import LabError, MedicError, PinsConflict  # noqa: E402
 from tools.host import LocalHost  # noqa: E402
@@ -101,12 +101,11 @@ def run_pair_alone(pair: Pair, work: Path, max_launches: int, *, keep: bool, nec
             shutil.rmtree(root, ignore_errors=True)
         return failed
     copy = work / pair.key.replace(":", "_").replace("+", "_")
-    forced = built / FORCED_FILE
     try:
         private_copy(pair, built, copy)
         row = medic_on_copy(pair, copy, work, max_launches, necessity=necessity)
         if pair.no_deps:  # what the forced install left out, as pip said it (else the declared ranges' refusal)
-            row["forced"] = forced.read_text().splitlines() if forced.exists() else [str(pair.verdict)]
+            row["forced"] = left_out(built) or [str(pair.verdict)]
         return row
     finally:
         if keep:

@@ -14,7 +14,7 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 from lab.build import DEFAULT_ROOT, RUN_ENV, LabBuilder, LabPaths, Step, Variant, recorded_variant
 from lab.server_lab import SERVER_RUN_ENV, ServerLabBuilder, ServerLabPaths, recorded_flavour, server_root
 from lab.server_pair_lab import server_lab_builder
-from lab.server_pairs import FORCED_FILE, SERVER_SPECULATORS, SERVER_VLLM, ServerPair
+from lab.server_pairs import SERVER_SPECULATORS, SERVER_VLLM, ServerPair, left_out
 from tools.console import make_console
 from tools.envprobe import probe_env
 from tools.errors import LabError, PinsConflict
@@ -129,8 +129,7 @@ def status(path: PathOpt = DEFAULT_ROOT) -> None:
         print(f"server:  {' '.join(paths.server_command())}")
         print(f"client:  {' '.join(paths.command())}")
         print(f"dataset: {paths.dataset}")
-        forced = paths.root / FORCED_FILE
-        for line in forced.read_text().splitlines() if forced.exists() else ():
+        for line in left_out(paths.root):
             print(f"forced (--no-deps), left out: {line}")
     else:
         print(f"driver:  {paths.driver}")

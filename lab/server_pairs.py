@@ -106,6 +106,12 @@ def recorded_pair(root: Path) -> ServerPair | None:
                       no_deps=bool(data.get("no_deps")))
 
 
+def left_out(root: Path) -> list[str]:
+    """What a --no-deps lab left out of its client's requirements, each with pip's reason (none: nothing forced)."""
+    forced = root / FORCED_FILE
+    return forced.read_text().splitlines() if forced.exists() else []
+
+
 def client_script(tag: str) -> str:
     return resources.files("lab").joinpath("target", "clients", tag, SCRIPT).read_text()
 

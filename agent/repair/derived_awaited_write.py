@@ -101,7 +101,6 @@ def path_argument(stmt: ast.stmt, called: set[str]) -> ast.expr | None:
     return None
 
 
-
 def waited(ctx: RepairContext, src: Source, stmt: ast.stmt, used: str, wait: Wait, missing: str,
            line: int) -> Candidate:
     where = f"{wait.path.rsplit('/', 1)[-1]}:{wait.line}"

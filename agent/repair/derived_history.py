@@ -28,7 +28,7 @@ from packaging.requirements import Requirement as Spec
 from packaging.version import InvalidVersion, Version
 
 from agent.repair.context import one_line
-from agent.repair.derived_packages import ImportMismatch, fails_as_shipped, stop_line
+from agent.repair.derived_packages import ImportMismatch, fails_as_shipped, proof_lines, stop_line
 from agent.repair.types import Candidate, Check, Fault, RepairContext
 from tools.diffs import env_patch
 from tools.envprobe import PristineImport
@@ -69,9 +69,7 @@ def proven(ctx: RepairContext, module: str, declared: Declared, pristine: Pristi
            f"beside it ({', '.join(attempt.plan)}), laid over the env in a scratch folder, makes it import. Install "
            f"it into the target env (no code patch)")
     evidence = (f"pristine import of {module}: {one_line(pristine.error)[:200]}", f"{reason}: {requirement}",
-                f"pip's plan for {requirement} in the target env: {', '.join(attempt.plan)}"
-                + (f" (with {', '.join(attempt.held)} held)" if attempt.held else ""),
-                f"import {module} (and the library beside it) with that plan laid over the env: ok")
+                *proof_lines(requirement, module, attempt))
     check = Check("import", module)
     patch = env_patch((), rationale=why, origin="derived:host:history", evidence=evidence,
                       checks=(check.describe(),), host_steps=(step,))

@@ -94,9 +94,7 @@ def requirement_outside_range(ctx: RepairContext, fault: Fault) -> list[Candidat
                 f"pristine import of {module}: {pristine.error[:200]}",
                 *(pip_says(said, declared.name, r.name) or
                   f"{declared.name} requires {r.pip_spec}; installed: {r.name} {r.installed}" for r in culprits),
-                f"pip's plan for {' '.join(wanted)} in the target env: {', '.join(attempt.plan)}"
-                + (f" (with {', '.join(attempt.held)} held)" if attempt.held else ""),
-                f"import {module} (and the library beside it) with that plan laid over the env: ok")
+                *proof_lines(" ".join(wanted), module, attempt))
     checks = tuple(Check("in_range", declared.name, r.name) for r in culprits)
     patch = env_patch((), rationale=why, origin="derived:host:requirement", evidence=evidence,
                       checks=tuple(c.describe() for c in checks), host_steps=(step,))
@@ -175,9 +173,7 @@ def installed_as_declared(ctx: RepairContext, fault: Fault, frame: FrameRef, mod
     why = (f"{declared.name} {declared.version} imports {module} (from {where}) and declares {', '.join(specs)}, which "
            f"is not installed in the target env: install what it declares (no code patch)")
     evidence = (f"{where}: {fault.message[:200]}", *(str(pip_lines[m]) for m in wanted),
-                f"pip's plan for it in the target env: {', '.join(tried.plan)}"
-                + (f" (with {', '.join(tried.held)} held)" if tried.held else ""),
-                f"import {module} (and the library beside it) with that plan laid over the env: ok")
+                *proof_lines("it", module, tried))
     checks = (Check("import", module),)
     step = pip_step(ctx.python, tried.plan, tried.held)
     patch = env_patch((), rationale=why, origin="derived:host:requirement_missing", evidence=evidence,
@@ -190,6 +186,14 @@ def provides(distribution: str, module: str) -> bool:
     name with a suffix (flashinfer-python provides flashinfer). Read from names only: the distribution is absent."""
     name, top = normalize(distribution), normalize(module)
     return name == top or name.startswith(top + "-")
+
+
+def proof_lines(asked: str, module: str, tried: Tried) -> tuple[str, str]:
+    """The evidence of an env plan proven over the env (tools/overlay.py): pip's plan for what was asked, and the
+    import it passed."""
+    return (f"pip's plan for {asked} in the target env: {', '.join(tried.plan)}"
+            + (f" (with {', '.join(tried.held)} held)" if tried.held else ""),
+            f"import {module} (and the library beside it) with that plan laid over the env: ok")
 
 
 def raising_frame(ctx: RepairContext, package: str, pristine: PristineImport) -> str:

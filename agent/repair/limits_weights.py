@@ -143,7 +143,6 @@ def with_own_attributes(tree: ast.AST, test: ast.expr, line: int) -> ast.expr:
     return Given().visit(copy.deepcopy(test))
 
 
-
 def config_fields(test: ast.expr) -> set[str]:
     """The config fields a condition reads: ``config.X`` and ``getattr(config, "X", …)``."""
     fields = {n.attr for n in ast.walk(test) if isinstance(n, ast.Attribute)
