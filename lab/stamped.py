@@ -1,7 +1,7 @@
 """A build made of stamped steps: each step leaves a stamp only when it has fully succeeded, keyed by what it
-was built from, so a second build skips what is done and redoes what died half-way; every command's output goes to
-the lab's build.log. The lab builders (lab/build.py, lab/server_lab.py, lab/server_pair_lab.py) say what the steps
-are."""
+was built from, so a second build skips what is done and redoes what died half-way, or whose products are gone;
+every command's output goes to the lab's build.log. The lab builders (lab/build.py, lab/server_lab.py,
+lab/server_pair_lab.py) say what the steps are."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ class Step:
     describe: str
     key: str  # what the step is built from; a changed key redoes the step
     action: Callable[[], None]
+    # what later steps read: a stamp whose products are gone (a folder removed under a build) is no stamp
+    makes: tuple[Path, ...] = ()
 
 
 class StampedBuilder:
@@ -62,9 +64,10 @@ class StampedBuilder:
 
     def is_done(self, step: Step) -> bool:
         try:
-            return bool(json.loads(self._stamp(step).read_text())["key"] == step.key)
+            stamped = bool(json.loads(self._stamp(step).read_text())["key"] == step.key)
         except (OSError, ValueError, KeyError):
             return False
+        return stamped and all(product.exists() for product in step.makes)
 
     def build(
         self, sizes: tuple[str, ...] = ("tiny",), on_step: Callable[[Step, str], None] | None = None
