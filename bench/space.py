@@ -198,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             results = newest_rows({**results, pair.key: row}, load_results(args.results))
             write_reports(pairs, results, args.results)
             print(f"    {row['outcome']}: {str(row.get('detail', ''))[:200]}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt as stop:  # Ctrl-C or `kill`: the pair in flight was ended, and is not recorded
+        print(f"stopped ({stop or 'Ctrl-C'}): the pair in flight is not recorded; run the bench again to resume",
+              file=sys.stderr, flush=True)
+        return 130
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -94,7 +94,8 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity
 
 def run_pair_alone(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity: bool) -> dict[str, Any]:
     root = lab_root(pair)
-    fresh = not root.exists()
+    # a lab this bench makes is removed after its pair; so is one a stopped bench left half-made (no probe stamp)
+    fresh = not (root / ".stamps" / "probe.json").exists()
     built, failed = build(pair, fresh=fresh)
     if built is None:
         if fresh and not keep:

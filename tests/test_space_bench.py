@@ -20,7 +20,7 @@ from bench.space_judge import judge, side_of
 from bench.space_necessity import at_offset, backwards, rewrite_files, take_off, target_without
 from bench.space_pair import Pair
 from bench.space_registry import Release, requires, torch_pin
-from bench.space_report import forced_section, stop_side, totals
+from bench.space_report import forced_section, load_results, stop_side, totals
 from tools.diffs import apply_hunks, parse_diff, unified_diff
 from tools.errors import StaleContext
 from tools.redact import Redactor
@@ -308,3 +308,39 @@ def test_what_a_stopped_bench_left_running_in_a_pairs_copy_is_ended(tmp_path: Pa
     end_what_is_left(copy)
     assert runs.status(host, server).state != "running"
     assert runs.status(host, done).state == "exited"
+
+
+def test_a_bench_stopped_mid_pair_says_so_and_records_nothing(tmp_path: Path) -> None:
+    """`kill` (SIGTERM) while a pair's lab is being built: the pip in flight is ended, the bench says in one line
+    that the pair is not recorded and exits 130 — no traceback, no row, no work folder left. The index pip reads
+    is a loopback socket that never answers, so the stop lands mid-download."""
+    import signal
+    import socket
+
+    index = socket.socket()
+    index.bind(("127.0.0.1", 0))
+    index.listen(16)
+    temp, labs = tmp_path / "tmp", tmp_path / "labs"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "MEDIC_LABS_DIR": str(labs), "PIP_RETRIES": "0", "PIP_TIMEOUT": "120",
+           "PIP_INDEX_URL": f"http://127.0.0.1:{index.getsockname()[1]}/simple"}
+    results = tmp_path / "results.json"
+    bench = subprocess.Popen([sys.executable, "bench/space.py", "--only", "0.8.1:0.31.0", "--min-free-gb", "0",
+                              "--results", str(results)], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert bench.stderr is not None
+        assert bench.stderr.readline().startswith("… 0.8.1:0.31.0 (server")
+        index.settimeout(300)
+        index.accept()  # pip is waiting on the index now
+        bench.send_signal(signal.SIGTERM)
+        said = bench.stderr.read()
+        assert bench.wait(timeout=120) == 130, said
+    finally:
+        bench.kill()
+        index.close()
+    assert said.startswith("stopped (signal 15): the pair in flight is not recorded"), said
+    assert "Traceback" not in said
+    assert "0.8.1:0.31.0" not in load_results(results)
+    assert list(temp.glob("medic-space-*")) == []
+    left = subprocess.run(["pgrep", "-f", str(labs)], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout  # pip ended with the bench
