@@ -305,7 +305,49 @@ def test_a_function_the_next_release_changed_is_a_candidate(env: RepairContext) 
     diff = found[0].patch.files[0].diff.splitlines()
     assert [d[1:] for d in diff if d.startswith(("+", "-")) and not d.startswith(("+++", "---"))] == [
         "        return shim.old_api()", "        return shim.new_api()  # 1.1"]
-    assert "fixpkg 1.1, its next release, changed that function" in found[0].rationale
+    assert "fixpkg 1.1, the first later release to change that function, rewrote it" in found[0].rationale
+
+
+CORE_LATER = ("import json\nimport shim\n\nfrom fixpkg import helpers\n\n\nclass Answer:\n    def value(self):\n"
+              "        return json.loads(shim.__name__ and '2')  # 1.2\n\n    def other(self):\n"
+              "        return helpers.X\n")
+
+
+@pytest.mark.parametrize("reads", ["json", "helpers"])
+def test_the_first_later_release_that_changed_the_function_and_the_import_it_needs(env: RepairContext,
+                                                                                  reads: str) -> None:
+    """fixpkg 1.1 left Answer.value as installed; 1.2 rewrote it to read ``json``, a module its file imports at the
+    top and the installed one does not: the definition comes with that import. A definition that reads what the
+    release imports from its own package (``helpers``) needs more of that release: nothing is proposed."""
+    core = f"{env.site_packages[0]}/fixpkg/core.py"
+    later = CORE_LATER if reads == "json" else CORE_LATER.replace("return json.loads(shim.__name__ and '2')",
+                                                                  "return helpers.value()")
+    folder = Path(env.job_env["PIP_FIND_LINKS"])
+    saved = dict(WHEELS)
+    try:
+        (folder / "fixpkg-1.1-py3-none-any.whl").unlink()
+        wheel(folder, "fixpkg", "1.1", "", {"fixpkg/__init__.py": "", "fixpkg/core.py": CORE})  # unchanged
+        wheel(folder, "fixpkg", "1.2", "", {"fixpkg/__init__.py": "", "fixpkg/core.py": later})
+        for version in ("1.1", "1.2"):
+            name = f"fixpkg-{version}-py3-none-any.whl"
+            WHEELS[name] = (folder / name).read_bytes()
+        UPLOADED["fixpkg"]["1.2"] = "2025-08-01T00:00:00Z"
+        fault = Fault("crash", "AttributeError", "module 'shim' has no attribute 'old_api'",
+                      (FrameRef(core, 6, "value"),))
+        found = RepairEngine(playbooks=[]).candidates(env, fault)
+    finally:
+        WHEELS.clear()
+        WHEELS.update(saved)
+        del UPLOADED["fixpkg"]["1.2"]
+    if reads == "helpers":
+        assert [c.origin for c in found if c.origin == "derived:next_release"] == []
+        return
+    assert [c.origin for c in found] == ["derived:next_release"]
+    diff = found[0].patch.files[0].diff.splitlines()
+    assert [d[1:] for d in diff if d.startswith(("+", "-")) and not d.startswith(("+++", "---"))] == [
+        "import json", "        return shim.old_api()", "        return json.loads(shim.__name__ and '2')  # 1.2"]
+    assert "fixpkg 1.2, the first later release to change that function" in found[0].rationale
+    assert "with the import that release gives it: import json" in found[0].rationale
 
 
 @pytest.mark.parametrize(("library", "proven"), [("shim", True), ("shim>=2", False)])

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 
 from agent.repair.context import candidate, evidence_line, library_grep, read_source
 from agent.repair.derived_named_option import literal_pieces
-from agent.repair.derived_next_release import Definition
 from agent.repair.derived_platform import METADATA_CALLS, distribution_of
 from agent.repair.edits import Source, callee_name
-from agent.repair.library_history import later_word
+from agent.repair.library_history import Definition, later_word
 from agent.repair.types import Candidate, Fault, NotProven, RepairContext
 from tools.errors import MedicError
 from tools.site_dirs import package_of
