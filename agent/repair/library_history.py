@@ -54,11 +54,10 @@ def later_word(ctx: RepairContext, path: str, func: Definition, owner: str | Non
         changed = newer and definition(newer.tree, owner, func.name)
         if not newer or not changed or ast.dump(changed) == ast.dump(func):
             continue
-        package = rel.split("/")[0]
-        brought = imports_for(src, newer, changed, package)
+        brought = imports_for(src, newer, changed, package=rel.split("/")[0])
         text_after = in_place_of(src, func, newer, changed, brought) if brought is not None else None
-        if text_after is None or brought is None:
-            return None
+        if brought is None or text_after is None:
+            return None  # the first change needs more of that release than this one function
         return LaterWord(text_after, dist, release, rel, changed.lineno, releases.installed, tuple(brought))
     return None
 
