@@ -183,3 +183,16 @@ def test_a_playbook_predicts_only_a_default_the_installed_callee_really_has(spec
     assert predicted_fault(book, src, call, sig) is not None
     off = [dataclasses.replace(p, default_src="False") if p.name == "enable_prefix_caching" else p for p in sig.params]
     assert predicted_fault(book, src, call, dataclasses.replace(sig, params=tuple(off))) is None
+
+
+@pytest.mark.parametrize(("exc_type", "message"), [
+    ("RuntimeError", "Found no NVIDIA driver on your system."),
+    ("AssertionError", "Torch not compiled with CUDA enabled"),  # torch's _lazy_init on a CPU-only build
+])
+def test_the_cuda_memory_playbook_knows_both_ways_torch_says_there_is_no_cuda(exc_type: str, message: str) -> None:
+    from agent.repair.types import Fault, FrameRef
+
+    book = next(b for b in load_playbooks() if b.id == "cuda-memory-query-off-cuda")
+    fault = Fault("crash", exc_type, message, (FrameRef("/site/torch/cuda/__init__.py", 372, "_lazy_init"),))
+    assert book.signature.matches(fault, {"vllm": "0.27.0"})
+    assert not book.signature.matches(Fault("crash", "ValueError", message, fault.frames), {"vllm": "0.27.0"})

@@ -43,7 +43,7 @@ class Signature(BaseModel):
     # never the wording of a validator
     output: list[OutputFact] = Field(default_factory=list)
 
-    @field_validator("message")
+    @field_validator("exc_type", "message")
     @classmethod
     def _regex(cls, value: str) -> str:
         re.compile(value)
@@ -57,7 +57,7 @@ class Signature(BaseModel):
         return value
 
     def matches(self, fault: Fault, versions: dict[str, str]) -> bool:
-        if fault.exc_type.rsplit(".", 1)[-1] != self.exc_type:
+        if not re.fullmatch(self.exc_type, fault.exc_type.rsplit(".", 1)[-1]):  # a name, or names: A|B
             return False
         if not re.search(self.message, fault.message, re.S):
             return False
