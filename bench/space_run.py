@@ -95,7 +95,7 @@ def run_pair(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity
 def run_pair_alone(pair: Pair, work: Path, max_launches: int, *, keep: bool, necessity: bool) -> dict[str, Any]:
     root = lab_root(pair)
     # a lab this bench makes is removed after its pair; so is one a stopped bench left half-made (no probe stamp)
-    fresh = not (root / ".stamps" / "probe.json").exists()
+    fresh = not LabPaths(root).built
     built, failed = build(pair, fresh=fresh)
     if built is None:
         if fresh and not keep:

@@ -52,6 +52,11 @@ class LabPaths:
         return self.root / ".stamps"
 
     @property
+    def built(self) -> bool:
+        """Every lab's last step, the probe, is stamped: a whole lab, not one a stopped build left half-made."""
+        return (self.stamps / "probe.json").exists()
+
+    @property
     def build_log(self) -> Path:
         return self.root / "build.log"
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from lab.build import LAB_TORCH, LABS_ROOT, Variant
+from lab.build import LAB_TORCH, LABS_ROOT, LabPaths, Variant
 from tools.errors import UsageError
 from tools.hs_layouts import CLIENTS
 
@@ -128,7 +128,7 @@ def base_lab(pair: ServerPair, torch: str | None) -> tuple[Path | None, str, boo
         return ServerPair().default_root(), "server", True
     for other in sorted(LABS_ROOT.glob(f"server-vllm-{pair.vllm}_spec-*")):
         forced = other.name.endswith(NO_DEPS_SUFFIX)  # its client's requirements were not all met: never a base
-        if other != pair.default_root() and not forced and (other / ".stamps" / "probe.json").exists():
+        if other != pair.default_root() and not forced and LabPaths(other).built:
             return other, "server", True
     if torch == SERVER_TORCH:
         return ServerPair().default_root(), "server", False

@@ -54,10 +54,13 @@ def later_word(ctx: RepairContext, path: str, func: Definition, owner: str | Non
         changed = newer and definition(newer.tree, owner, func.name)
         if not newer or not changed or ast.dump(changed) == ast.dump(func):
             continue
+        # the first change is the later word: one that needs more of that release than this function is none
         brought = imports_for(src, newer, changed, package=rel.split("/")[0])
-        text_after = in_place_of(src, func, newer, changed, brought) if brought is not None else None
-        if brought is None or text_after is None:
-            return None  # the first change needs more of that release than this one function
+        if brought is None:
+            return None
+        text_after = in_place_of(src, func, newer, changed, brought)
+        if text_after is None:
+            return None
         return LaterWord(text_after, dist, release, rel, changed.lineno, releases.installed, tuple(brought))
     return None
 
