@@ -235,10 +235,11 @@ def call_sites(
     package: str,
     name: str,
     *,
-    max_sites: int = 50,
+    max_sites: int | None = 50,
     path_extra: Sequence[str] = (),
 ) -> list[CallSite]:
-    """Calls in ``package``'s own code of ``name(...)`` or ``<anything>.name(...)``."""
+    """Calls in ``package``'s own code of ``name(...)`` or ``<anything>.name(...)``: the first ``max_sites`` in
+    path order, or every one (None)."""
     raw = _ask(host, python, "call_sites", path_extra, package=package, name=name, max_sites=max_sites)
     return [
         CallSite(

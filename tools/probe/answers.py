@@ -116,7 +116,7 @@ def returns_of(target: str) -> list[str]:
 
 
 
-def call_sites(package: str, name: str, max_sites: int) -> list[dict[str, Any]]:
+def call_sites(package: str, name: str, max_sites: int | None) -> list[dict[str, Any]]:
     called, sites = re.compile(rf"(?<!def )(?<!class )\b{re.escape(name)}\s*\("), []
     for _, path in package_files(package):
         text = read(path)
@@ -145,7 +145,7 @@ def call_sites(package: str, name: str, max_sites: int) -> list[dict[str, Any]]:
                     "source_line": lines[call.lineno - 1].strip()[:MAX_SNIPPET],
                 }
             )
-            if len(sites) >= max_sites:
+            if max_sites is not None and len(sites) >= max_sites:
                 return sites
     return sites
 
