@@ -47,6 +47,7 @@ from agent.repair import (
     derived_overrides,
     derived_packages,
     derived_platform,
+    derived_precondition,
     derived_stand_in_names,
     derived_stand_ins,
     derived_swap_holders,
@@ -72,6 +73,8 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("moved_import", derived_members.moved_import),
     ("changed_return_shape", derived_dataflow.changed_return_shape),
     ("protocol_step", derived_dataflow.mandatory_protocol_step),
+    # the library's refusal names the step its own driver takes first (a state it reads, set by that step)
+    ("named_precondition", derived_precondition.named_precondition),
     ("main_guard", derived_driver.main_guard),  # the user's driver, from the interpreter's own words
     # the caller used a file the library answered with before the library's writer let go of it
     ("awaited_write", derived_awaited_write.awaited_write),
