@@ -48,6 +48,7 @@ from agent.repair import (
     derived_packages,
     derived_platform,
     derived_precondition,
+    derived_refused_pin,
     derived_stand_in_names,
     derived_stand_ins,
     derived_swap_holders,
@@ -75,6 +76,8 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("protocol_step", derived_dataflow.mandatory_protocol_step),
     # the library's refusal names the step its own driver takes first (a state it reads, set by that step)
     ("named_precondition", derived_precondition.named_precondition),
+    # the library refuses a value we pin, and chooses one itself when it is left unset
+    ("refused_pin", derived_refused_pin.refused_pin),
     ("main_guard", derived_driver.main_guard),  # the user's driver, from the interpreter's own words
     # the caller used a file the library answered with before the library's writer let go of it
     ("awaited_write", derived_awaited_write.awaited_write),

@@ -1,0 +1,102 @@
+"""The library refuses a value our code pins, where it chooses the value itself when it is left unset.
+
+vLLM 0.31's CPU attention takes KV blocks in multiples of 32 and refuses "No common block size for 16 (CPU_ATTN:
+[MultipleOf(32)])"; speculators 0.3.0 passes ``CacheConfig(block_size=VLLM_BLOCK_SIZE)`` (16), while vLLM's CPU
+platform picks a size of its own for a config that leaves it unset. That the refused value is ours is read twice
+over: the refusal's own f-string formats a variable whose name holds our keyword (``kv_manager_block_size`` holds
+``block_size``), and the message prints our value there. The keyword is dropped only where the library's parameter
+defaults to None (the library decides); a concrete default would be one more pin, and nothing is proposed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from agent.repair.context import candidate, evidence_line, fixable_frames, read_source, resolve_callee
+from agent.repair.derived_precondition import library_refusal
+from agent.repair.edits import Source, callee_name, remove_keyword
+from agent.repair.types import Candidate, Fault, RepairContext
+from tools import source as src_tools
+from tools.errors import MedicError
+
+
+def refused_pin(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    refusal = library_refusal(ctx, fault)
+    raised = refused_values(ctx, fault) if refusal else {}
+    if not raised:
+        return []
+    assert refusal is not None
+    for path in our_files(ctx, fault):
+        src = read_source(ctx, path)
+        if src is None:
+            continue
+        for call, keyword, value in pinned_keywords(src):
+            variable = next((v for v, shown in raised.items() if shown == value and holds(v, keyword)), None)
+            target = resolve_callee(ctx, src, callee_name(call) or "") if variable else None
+            if target is None or not library_decides(ctx, target, keyword):
+                continue
+            why = (f"the installed library refuses {keyword}={value} ({refusal[0]}: it prints {variable}), and "
+                   f"{target} leaves {keyword} to the library when it is not given (its default is None): our pin "
+                   f"dropped")
+            evidence = [refusal[1], evidence_line(path, call.lineno, src.line(call.lineno)),
+                        f"{target}: {keyword} defaults to None"]
+            return [candidate(ctx, {path: remove_keyword(src, call, keyword)}, origin="derived:refused_pin",
+                              rationale=why, evidence=evidence)]
+    return []
+
+
+def refused_values(ctx: RepairContext, fault: Fault) -> dict[str, str]:
+    """Each variable the library's raising f-string formats -> the text the message shows for it."""
+    last = fault.frames[-1]
+    lib = read_source(ctx, last.file)
+    stmt = lib.statement_at(last.line) if lib else None
+    if not isinstance(stmt, ast.Raise) or stmt.exc is None:
+        return {}
+    template = next((n for n in ast.walk(stmt.exc) if isinstance(n, ast.JoinedStr)), None)
+    if template is None:
+        return {}
+    whole = isinstance(stmt.exc, ast.Call) and bool(stmt.exc.args) and stmt.exc.args[0] is template
+    pattern, names = "", list[str]()
+    for at, part in enumerate(template.values):
+        if isinstance(part, ast.Constant):
+            pattern += re.escape(str(part.value))
+        elif isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name) and (
+                whole or at < len(template.values) - 1):  # a last value of a longer message has no end to read to
+            pattern += f"(?P<v{len(names)}>.+?)"
+            names.append(part.value.id)
+        else:
+            pattern += ".+?"
+    shown = re.match(pattern + ("$" if whole else ""), fault.message, re.S)
+    return {name: shown[f"v{i}"] for i, name in enumerate(names)} if shown else {}
+
+
+def holds(variable: str, keyword: str) -> bool:
+    """``kv_manager_block_size`` holds ``block_size``: the keyword's words, whole, inside the variable's."""
+    return re.search(rf"(?:^|_){re.escape(keyword)}(?:_|$)", variable) is not None
+
+
+def our_files(ctx: RepairContext, fault: Fault) -> list[str]:
+    """Where our pins may be: the fixable files of the traceback, then those the scan read this session."""
+    return list(dict.fromkeys([*(f.file for f in fixable_frames(ctx, fault)), *ctx.memo.get("files", ())]))
+
+
+def pinned_keywords(src: Source) -> list[tuple[ast.Call, str, str]]:
+    """(call, keyword, value as text) for each keyword our code passes a literal, or a module constant, to."""
+    constants = {t.id: n.value for n in src.tree.body if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Name)}
+    found = []
+    for call in (n for n in ast.walk(src.tree) if isinstance(n, ast.Call)):
+        for kw in call.keywords:
+            value = constants.get(kw.value.id, kw.value) if isinstance(kw.value, ast.Name) else kw.value
+            if kw.arg and isinstance(value, ast.Constant) and isinstance(value.value, int | float | str):
+                found.append((call, kw.arg, str(value.value)))
+    return found
+
+
+def library_decides(ctx: RepairContext, target: str, keyword: str) -> bool:
+    try:
+        params = src_tools.signature(ctx.host, ctx.python, target).params
+    except MedicError:
+        return False
+    return any(p.name == keyword and p.has_default and p.default_src == "None" for p in params)

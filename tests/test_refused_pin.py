@@ -1,0 +1,121 @@
+"""A value our code pins that the library refuses, where the library picks one itself when it is left unset.
+
+vLLM 0.31's shape in small (a package on PYTHONPATH, read by the real probe): its cache config leaves the block
+size to the platform when none is given, and its worker refuses a size its attention kernel does not take. The
+fixable generator pins 16 through a module constant, as speculators 0.3.0 does. The fault is the real traceback;
+the patched generator is run again."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.faults import fault_from_log
+from agent.repair.derived_refused_pin import refused_pin
+from agent.repair.types import RepairContext
+from tools.host import LocalHost
+from tools.patches import apply_patch
+
+LIBRARY = {
+    "__init__.py": "",
+    "config.py": '''
+from dataclasses import dataclass
+
+
+@dataclass
+class CacheConfig:
+    block_size: int = None
+    memory: float = 0.9
+
+    def __post_init__(self):
+        if self.block_size is None:
+            self.block_size = 128  # the platform's own choice
+''',
+    "worker.py": '''
+def select_common_block_size(kv_manager_block_size, supported):
+    if kv_manager_block_size % supported == 0:
+        return kv_manager_block_size
+    raise ValueError(
+        f"No common block size for {kv_manager_block_size} ("
+        + f"CPU_ATTN: [MultipleOf({supported})]"
+        + ")."
+    )
+
+
+def initialize(config):
+    return select_common_block_size(config.block_size, 32)
+''',
+}
+GENERATOR = '''
+from stagelib.config import CacheConfig
+from stagelib.worker import initialize
+
+BLOCK_SIZE = 16  # Block size for KV cache
+
+
+class Generator:
+    def __init__(self):
+        self.config = CacheConfig(
+            block_size=BLOCK_SIZE,
+            memory=0.5,
+        )
+        self.blocks = initialize(self.config)
+
+
+if __name__ == "__main__":
+    print("blocks", Generator().blocks)
+'''
+
+
+@pytest.fixture
+def pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    lib = tmp_path / "lib" / "site-packages" / "stagelib"
+    lib.mkdir(parents=True)
+    for name, text in LIBRARY.items():
+        (lib / name).write_text(text)
+    monkeypatch.setenv("PYTHONPATH", str(lib.parent))
+    site = tmp_path / "site-packages"
+    gen = site / "speculators" / "gen.py"
+    gen.parent.mkdir(parents=True)
+    gen.write_text(GENERATOR)
+    ctx = RepairContext(host=LocalHost(), python=sys.executable, roots=(str(site),), library_packages=("stagelib",),
+                        site_packages=(str(site),), workdir=str(tmp_path / "work"))
+
+    def fault():
+        run = subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and "No common block size for 16" in run.stderr, run.stderr
+        return fault_from_log(run.stderr.encode())
+
+    return ctx, gen, lib, fault
+
+
+def test_the_pin_the_library_refuses_is_left_to_the_library(pinned, tmp_path: Path) -> None:
+    ctx, gen, _, fault = pinned
+    [cand] = refused_pin(ctx, fault())
+    assert cand.origin == "derived:refused_pin"
+    assert "-            block_size=BLOCK_SIZE,\n" in cand.patch.diff, cand.patch.diff
+    changed = [line for line in cand.patch.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert changed == ["-            block_size=BLOCK_SIZE,"], changed  # only the pin goes
+    assert "kv_manager_block_size" in cand.rationale and "default is None" in cand.rationale
+    apply_patch(ctx.host, cand.patch, roots=ctx.roots, ledger_dir=str(tmp_path / "ledger"))
+    after = subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, timeout=60)
+    assert after.returncode == 0 and after.stdout.strip() == "blocks 128", after.stderr
+
+
+def test_a_pin_the_library_would_pin_again_is_kept(pinned) -> None:
+    """A concrete library default is one more pin, not the library's choice: nothing is proposed."""
+    ctx, _, lib, fault = pinned
+    (lib / "config.py").write_text(LIBRARY["config.py"].replace("block_size: int = None", "block_size: int = 16"))
+    assert refused_pin(ctx, fault()) == []
+
+
+def test_a_refused_value_that_is_not_ours_is_not_touched(pinned) -> None:
+    """The refusal prints a size our code does not pass (the library computed it): nothing is ours to drop."""
+    ctx, gen, _, fault = pinned
+    gen.write_text(GENERATOR.replace("BLOCK_SIZE = 16", "BLOCK_SIZE = 24").replace(
+        "self.blocks = initialize(self.config)", "self.config.block_size = 16\n        self.blocks = "
+                                                 "initialize(self.config)"))
+    assert refused_pin(ctx, fault()) == []
