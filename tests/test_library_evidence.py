@@ -7,7 +7,6 @@ callers before the one that matters."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from agent.repair.edits import Source
 from agent.repair.engine import RepairEngine
 from agent.repair.scan_rules import shape_drift
 from agent.repair.types import RepairContext
-from tools.host import LocalHost
+from tests.fixtures_library import made_library
 
 FIXABLE = '''
 class Generator:
@@ -40,21 +39,11 @@ class Executor:
 
 @pytest.fixture
 def context(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[RepairContext, Path]:
-    lib = tmp_path / "lib" / "shapelib"
-    lib.mkdir(parents=True)
-    (lib / "__init__.py").write_text("")
     # sixty calls that pass no keyword, in a module that sorts before the executor's
-    (lib / "a_workers.py").write_text("def everywhere(ex):\n" + "".join(
-        f"    ex.collective_rpc('method_{i}')\n" for i in range(60)))
-    (lib / "z_executor.py").write_text(EXECUTOR)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "lib"))
-    site = tmp_path / "site-packages"
-    gen = site / "speculators" / "gen.py"
-    gen.parent.mkdir(parents=True)
-    gen.write_text(FIXABLE)
-    ctx = RepairContext(host=LocalHost(), python=sys.executable, roots=(str(site),), library_packages=("shapelib",),
-                        site_packages=(str(site),), workdir=str(tmp_path / "work"))
-    return ctx, gen
+    workers = "def everywhere(ex):\n" + "".join(f"    ex.collective_rpc('method_{i}')\n" for i in range(60))
+    made = made_library(tmp_path, monkeypatch, "shapelib",
+                        {"__init__.py": "", "a_workers.py": workers, "z_executor.py": EXECUTOR}, FIXABLE)
+    return made.ctx, made.fixable
 
 
 def test_the_one_caller_past_the_first_fifty_is_evidence(context) -> None:
@@ -71,6 +60,6 @@ def test_a_caller_that_indexes_the_result_is_counted_too(context) -> None:
     """The whole library is read both ways: one caller past the first fifty that indexes the reply leaves the
     evidence mixed, and nothing is named."""
     ctx, gen = context
-    executor = Path(ctx.roots[0]).parent / "lib" / "shapelib" / "z_executor.py"
+    executor = Path(ctx.roots[0]).parent / "lib" / "site-packages" / "shapelib" / "z_executor.py"
     executor.write_text(EXECUTOR + "\n\ndef first(ex):\n    return ex.collective_rpc('m', unique_reply_rank=0)[0]\n")
     assert shape_drift(ctx, [Source(str(gen), gen.read_text())]) == []

@@ -15,8 +15,7 @@ import pytest
 
 from agent.faults import fault_from_log
 from agent.repair.derived_precondition import named_precondition
-from agent.repair.types import RepairContext
-from tools.host import LocalHost
+from tests.fixtures_library import made_library
 from tools.patches import apply_patch
 
 LIBRARY = {
@@ -118,17 +117,8 @@ if __name__ == "__main__":
 
 @pytest.fixture
 def refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    lib = tmp_path / "lib" / "site-packages" / "stagelib"  # installed code, as vLLM is
-    lib.mkdir(parents=True)
-    for name, text in LIBRARY.items():
-        (lib / name).write_text(text)
-    monkeypatch.setenv("PYTHONPATH", str(lib.parent))
-    site = tmp_path / "site-packages"
-    gen = site / "speculators" / "gen.py"
-    gen.parent.mkdir(parents=True)
-    gen.write_text(GENERATOR)
-    ctx = RepairContext(host=LocalHost(), python=sys.executable, roots=(str(site),), library_packages=("stagelib",),
-                        site_packages=(str(site),), workdir=str(tmp_path / "work"))
+    made = made_library(tmp_path, monkeypatch, "stagelib", LIBRARY, GENERATOR)
+    ctx, gen = made.ctx, made.fixable
 
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, timeout=60)
