@@ -8,6 +8,7 @@ import difflib
 import re
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from agent.repair.edits import Source
@@ -186,6 +187,28 @@ def library_call_node(ctx: RepairContext, path: str, lineno: int, name: str) -> 
         return None
     call = lib.call_at(lineno, name)
     return (lib, call) if call is not None else None
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The library's own ``raise`` a fault ended in."""
+
+    where: str  # file:line
+    evidence: str
+    stmt: ast.Raise
+
+
+def library_refusal(ctx: RepairContext, fault: Fault) -> Refusal | None:
+    """The library's own ``raise`` the crash ended in; None when it ended anywhere else."""
+    if fault.stage != "crash" or not fault.frames or ctx.library_package(fault.frames[-1].file) is None:
+        return None
+    last = fault.frames[-1]
+    lib = read_source(ctx, last.file)
+    stmt = lib.statement_at(last.line) if lib else None
+    if lib is None or not isinstance(stmt, ast.Raise):
+        return None
+    return Refusal(f"{last.file}:{last.line}", evidence_line(last.file, stmt.lineno, one_line(lib.segment(stmt))),
+                   stmt)
 
 
 def one_line(text: str) -> str:

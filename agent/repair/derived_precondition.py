@@ -26,6 +26,7 @@ from agent.repair.context import (
     fixable_frames,
     library_call_node,
     library_call_sites,
+    library_refusal,
     one_line,
     read_source,
     resolve_callee,
@@ -64,27 +65,15 @@ def named_precondition(ctx: RepairContext, fault: Fault) -> list[Candidate]:
                 continue
             text = insert_before_statement(src, stmt.lineno, lines)
             lib_func = found[0].enclosing_function(found[1].lineno)
-            why = (f"the installed library refuses before {name}() has run ({refusal[0]}), and its own "
+            why = (f"the installed library refuses before {name}() has run ({refusal.where}), and its own "
                    f"{lib_func.name if lib_func else 'code'} calls it first: the same step, in our names, "
                    f"before our call")
-            evidence = [refusal[1],
+            evidence = [refusal.evidence,
                         *(evidence_line(site.path, s.lineno, one_line(found[0].segment(s))) for s in steps),
                         evidence_line(frame.file, frame.line, src.line(frame.line))]
             return [candidate(ctx, {frame.file: text}, origin="derived:named_precondition", rationale=why,
                               evidence=evidence)]
     return []
-
-
-def library_refusal(ctx: RepairContext, fault: Fault) -> tuple[str, str] | None:
-    """(``file:line``, evidence) of the library's own ``raise`` the fault ended in; None when it ended elsewhere."""
-    if fault.stage != "crash" or not fault.frames or ctx.library_package(fault.frames[-1].file) is None:
-        return None
-    last = fault.frames[-1]
-    lib = read_source(ctx, last.file)
-    stmt = lib.statement_at(last.line) if lib else None
-    if lib is None or not isinstance(stmt, ast.Raise):
-        return None
-    return f"{last.file}:{last.line}", evidence_line(last.file, stmt.lineno, one_line(lib.segment(stmt)))
 
 
 def library_steps(lib: Source, call: ast.Call) -> list[ast.stmt] | None:

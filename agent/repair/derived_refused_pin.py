@@ -13,8 +13,14 @@ from __future__ import annotations
 import ast
 import re
 
-from agent.repair.context import candidate, evidence_line, fixable_frames, read_source, resolve_callee
-from agent.repair.derived_precondition import library_refusal
+from agent.repair.context import (
+    candidate,
+    evidence_line,
+    fixable_frames,
+    library_refusal,
+    read_source,
+    resolve_callee,
+)
 from agent.repair.edits import Source, callee_name, remove_keyword
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools import source as src_tools
@@ -23,10 +29,9 @@ from tools.errors import MedicError
 
 def refused_pin(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     refusal = library_refusal(ctx, fault)
-    raised = refused_values(ctx, fault) if refusal else {}
-    if not raised:
+    raised = refused_values(refusal.stmt, fault.message) if refusal else {}
+    if refusal is None or not raised:
         return []
-    assert refusal is not None
     for path in our_files(ctx, fault):
         src = read_source(ctx, path)
         if src is None:
@@ -36,22 +41,19 @@ def refused_pin(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             target = resolve_callee(ctx, src, callee_name(call) or "") if variable else None
             if target is None or not library_decides(ctx, target, keyword):
                 continue
-            why = (f"the installed library refuses {keyword}={value} ({refusal[0]}: it prints {variable}), and "
+            why = (f"the installed library refuses {keyword}={value} ({refusal.where}: it prints {variable}), and "
                    f"{target} leaves {keyword} to the library when it is not given (its default is None): our pin "
                    f"dropped")
-            evidence = [refusal[1], evidence_line(path, call.lineno, src.line(call.lineno)),
+            evidence = [refusal.evidence, evidence_line(path, call.lineno, src.line(call.lineno)),
                         f"{target}: {keyword} defaults to None"]
             return [candidate(ctx, {path: remove_keyword(src, call, keyword)}, origin="derived:refused_pin",
                               rationale=why, evidence=evidence)]
     return []
 
 
-def refused_values(ctx: RepairContext, fault: Fault) -> dict[str, str]:
+def refused_values(stmt: ast.Raise, message: str) -> dict[str, str]:
     """Each variable the library's raising f-string formats -> the text the message shows for it."""
-    last = fault.frames[-1]
-    lib = read_source(ctx, last.file)
-    stmt = lib.statement_at(last.line) if lib else None
-    if not isinstance(stmt, ast.Raise) or stmt.exc is None:
+    if stmt.exc is None:
         return {}
     template = next((n for n in ast.walk(stmt.exc) if isinstance(n, ast.JoinedStr)), None)
     if template is None:
@@ -67,7 +69,7 @@ def refused_values(ctx: RepairContext, fault: Fault) -> dict[str, str]:
             names.append(part.value.id)
         else:
             pattern += ".+?"
-    shown = re.match(pattern + ("$" if whole else ""), fault.message, re.S)
+    shown = re.match(pattern + ("$" if whole else ""), message, re.S)
     return {name: shown[f"v{i}"] for i, name in enumerate(names)} if shown else {}
 
 
