@@ -86,6 +86,12 @@ def test_the_suites_check_counts_dropped_sockets_and_folders_not_held_ones(tmp_p
     in_use = tmp_path / f"{ipc_dir.PREFIX}live42"  # another medic's run, alive beside the suite
     in_use.mkdir()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env={VAR: str(in_use)})
+    # Popen returns once exec closed its error pipe, before the kernel has laid out the new program's environment:
+    # until then /proc shows it empty (a race the full suite's load once lost)
+    deadline = time.monotonic() + 10
+    while str(in_use).encode() not in Path(f"/proc/{live.pid}/environ").read_bytes():
+        assert time.monotonic() < deadline, "the live process never showed its environment"
+        time.sleep(0.01)
     (tmp_path / "plain").write_text("not a socket")
     try:
         assert leftovers(tmp_path) == {str(tmp_path / "dropped"), str(tmp_path / f"{ipc_dir.PREFIX}abc123")}

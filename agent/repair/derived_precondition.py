@@ -34,6 +34,7 @@ from agent.repair.context import (
 from agent.repair.derived_values import Function, import_source, inline, library_module_of
 from agent.repair.edits import Source, free_names, insert_before_statement, local_names, statement_holding
 from agent.repair.types import Candidate, Fault, RepairContext
+from tools import pysyntax
 from tools import source as src_tools
 from tools.errors import MedicError
 
@@ -216,9 +217,9 @@ class OurNames(ast.NodeTransformer):
         self.names, self.attributes = names, attributes
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
-        return ast.parse(self.names[node.id], mode="eval").body if node.id in self.names else node
+        return pysyntax.parse_expression(self.names[node.id]) if node.id in self.names else node
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         if is_self_attribute(node) and node.attr in self.attributes:
-            return ast.parse(self.attributes[node.attr], mode="eval").body
+            return pysyntax.parse_expression(self.attributes[node.attr])
         return self.generic_visit(node)
