@@ -16,7 +16,7 @@ from agent.repair.scan import scan
 from agent.repair.scan_members import grafted_member_drift
 from agent.repair.scan_playbooks import playbook_drift, predicted_fault
 from agent.repair.scan_rules import device_drift, protocol_drift, shape_drift
-from agent.repair.types import Fault, RepairContext
+from agent.repair.types import Fault, FrameRef, RepairContext
 from tests.fixtures_lab import GEN, WORKER
 from tools.host import LocalHost
 from tools.patches import apply_patch
@@ -190,8 +190,6 @@ def test_a_playbook_predicts_only_a_default_the_installed_callee_really_has(spec
     ("AssertionError", "Torch not compiled with CUDA enabled"),  # torch's _lazy_init on a CPU-only build
 ])
 def test_the_cuda_memory_playbook_knows_both_ways_torch_says_there_is_no_cuda(exc_type: str, message: str) -> None:
-    from agent.repair.types import Fault, FrameRef
-
     book = next(b for b in load_playbooks() if b.id == "cuda-memory-query-off-cuda")
     fault = Fault("crash", exc_type, message, (FrameRef("/site/torch/cuda/__init__.py", 372, "_lazy_init"),))
     assert book.signature.matches(fault, {"vllm": "0.27.0"})

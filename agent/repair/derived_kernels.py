@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from agent.repair.context import candidate, evidence_line, library_definitions, read_source
 from agent.repair.derived_calls import UNEXPECTED, callee_short
 from agent.repair.derived_platform import host_frames
-from agent.repair.edits import Source, replace_span
+from agent.repair.edits import Source, param_names, replace_span
 from agent.repair.types import Candidate, Fault, NotProven, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -98,10 +98,6 @@ def kernel_call(src: Source, lineno: int, keyword: str) -> tuple[ast.Call, str] 
 
 def top_level_def(tree: ast.Module, name: str) -> ast.FunctionDef | None:
     return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
-
-
-def param_names(func: ast.FunctionDef) -> list[str]:
-    return [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
 
 
 def default_of(func: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> str | None:

@@ -31,8 +31,15 @@ from agent.repair.context import (
     read_source,
     resolve_callee,
 )
-from agent.repair.derived_values import Function, import_source, inline, library_module_of
-from agent.repair.edits import Source, free_names, insert_before_statement, local_names, statement_holding
+from agent.repair.derived_values import Function, import_source, inline, is_self, library_module_of
+from agent.repair.edits import (
+    Source,
+    free_names,
+    insert_before_statement,
+    local_names,
+    param_names,
+    statement_holding,
+)
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools import pysyntax
 from tools import source as src_tools
@@ -58,28 +65,28 @@ def named_precondition(ctx: RepairContext, fault: Fault) -> list[Candidate]:
             continue  # the refusal's own path, not a step it names
         for site in library_call_sites(ctx, name):
             found = library_call_node(ctx, site.path, site.lineno, name)
-            steps = library_steps(found[0], found[1]) if found else None
-            if found is None or steps is None:
+            taken = library_steps(*found) if found else None
+            if found is None or taken is None:
                 continue
-            lines = in_our_names(ctx, found[0], steps, src, func, stmt)
+            lib, (lib_func, steps) = found[0], taken
+            lines = in_our_names(ctx, lib, lib_func, steps, src, func, stmt)
             if lines is None:
                 continue
             text = insert_before_statement(src, stmt.lineno, lines)
-            lib_func = found[0].enclosing_function(found[1].lineno)
             why = (f"the installed library refuses before {name}() has run ({refusal.where}), and its own "
-                   f"{lib_func.name if lib_func else 'code'} calls it first: the same step, in our names, "
-                   f"before our call")
+                   f"{lib_func.name} calls it first: the same step, in our names, before our call")
             evidence = [refusal.evidence,
-                        *(evidence_line(site.path, s.lineno, one_line(found[0].segment(s))) for s in steps),
+                        *(evidence_line(site.path, s.lineno, one_line(lib.segment(s))) for s in steps),
                         evidence_line(frame.file, frame.line, src.line(frame.line))]
             return [candidate(ctx, {frame.file: text}, origin="derived:named_precondition", rationale=why,
                               evidence=evidence)]
     return []
 
 
-def library_steps(lib: Source, call: ast.Call) -> list[ast.stmt] | None:
-    """The statement making ``call`` (``x = f(...)`` or ``f(...)``), then the calls right after it that use ``x``,
-    with the library function's locals replaced by what it assigned them."""
+def library_steps(lib: Source, call: ast.Call) -> tuple[Function, list[ast.stmt]] | None:
+    """The library function making ``call``, and its steps: the statement making it (``x = f(...)`` or
+    ``f(...)``), then the calls right after it that use ``x``, with the function's locals replaced by what it
+    assigned them."""
     func = lib.enclosing_function(call.lineno)
     stmt = statement_holding(func, call.lineno) if func else None
     if func is None or stmt is None or not (isinstance(stmt, ast.Assign | ast.Expr) and stmt.value is call):
@@ -94,8 +101,8 @@ def library_steps(lib: Source, call: ast.Call) -> list[ast.stmt] | None:
             if not (isinstance(after, ast.Expr) and result in free_names(after)):
                 break
             steps.append(after)
-    keep = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)} | assigned(steps)
-    return [inlined(func, s, stmt.lineno, keep=keep | bound_inside(s)) for s in steps]
+    keep = {*param_names(func), *assigned(steps)}
+    return func, [inlined(func, s, stmt.lineno, keep=keep | bound_inside(s)) for s in steps]
 
 
 def blocks(node: ast.AST) -> list[list[ast.stmt]]:
@@ -119,12 +126,10 @@ def inlined(func: Function, stmt: ast.stmt, lineno: int, *, keep: set[str]) -> a
     return stmt
 
 
-def in_our_names(ctx: RepairContext, lib: Source, steps: list[ast.stmt], src: Source, func: Function,
-                 at: ast.stmt) -> list[str] | None:
+def in_our_names(ctx: RepairContext, lib: Source, lib_func: Function, steps: list[ast.stmt], src: Source,
+                 func: Function, at: ast.stmt) -> list[str] | None:
     """The steps as lines of our function (imports first), or None when one reads what we cannot give it."""
-    lib_func = lib.enclosing_function(steps[0].lineno)
-    assert lib_func is not None
-    params = {a.arg for a in (*lib_func.args.posonlyargs, *lib_func.args.args, *lib_func.args.kwonlyargs)} - {"self"}
+    params = set(param_names(lib_func)) - {"self"}
     module = ast.Module(body=list(steps), type_ignores=[])
     ours_read = local_names(func) | free_names(func)
     if assigned(steps) & ours_read:
@@ -133,6 +138,7 @@ def in_our_names(ctx: RepairContext, lib: Source, steps: list[ast.stmt], src: So
     imports: list[str] = []
     call = getattr(at, "value", None)
     passed = {k.arg: src.segment(k.value) for k in call.keywords if k.arg} if isinstance(call, ast.Call) else {}
+    here = library_module_of(ctx, lib.path)
     for name in sorted(free_names(module) - set(dir(builtins)) - {"self"}):
         if name in params:
             given = passed.get(name) or (name if name in local_names(func) else None) or our_attribute(src, func, name)
@@ -141,7 +147,6 @@ def in_our_names(ctx: RepairContext, lib: Source, steps: list[ast.stmt], src: So
             names[name] = given
             continue
         found = import_source(ctx, lib, name)
-        here = library_module_of(ctx, lib.path)
         if found is None and here and any(isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name
                                           for n in lib.tree.body):
             found = (here, name)
@@ -161,7 +166,7 @@ def in_our_names(ctx: RepairContext, lib: Source, steps: list[ast.stmt], src: So
 
 def our_attribute(src: Source, func: Function, name: str) -> str | None:
     """``self.<name>`` when our class sets it (the library's parameter, kept on our object under its own name)."""
-    if "self" not in {a.arg for a in func.args.args} or not re.search(rf"\bself\.{name}\s*=", src.text):
+    if "self" not in param_names(func) or not re.search(rf"\bself\.{name}\s*=", src.text):
         return None
     return f"self.{name}"
 
@@ -179,7 +184,7 @@ def self_attributes(ctx: RepairContext, module: ast.Module, src: Source, func: F
     attributes = [n for n in ast.walk(module) if is_self_attribute(n)]
     if len(selves) != len(attributes) or any(id(n) not in receivers for n in attributes):
         return None  # the library's object used otherwise than by calling its methods
-    if called and "self" not in {a.arg for a in func.args.args}:
+    if called and "self" not in param_names(func):
         return None
     mapping: dict[str, str] = {}
     for attr, methods in called.items():
@@ -191,7 +196,7 @@ def self_attributes(ctx: RepairContext, module: ast.Module, src: Source, func: F
 
 
 def is_self_attribute(node: ast.AST) -> bool:
-    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+    return isinstance(node, ast.Attribute) and is_self(node.value)
 
 
 def our_objects(src: Source) -> list[tuple[str, str]]:

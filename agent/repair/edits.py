@@ -171,6 +171,11 @@ def statement_holding(tree: ast.AST, lineno: int) -> ast.stmt | None:
     return best
 
 
+def param_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The names a caller may pass (positional or by keyword; ``*args``/``**kwargs`` not among them)."""
+    return [a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)]
+
+
 def local_names(func: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     names = {a.arg for a in func.args.args + func.args.kwonlyargs + func.args.posonlyargs}
     for node in ast.walk(func):
