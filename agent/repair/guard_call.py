@@ -12,7 +12,9 @@ Each such statement becomes
         <statement, the call replaced by (<fallback>)>
 
 (a call in an ``if``/``while`` header, or sharing its line with another statement, gets a conditional
-expression instead). A call already under an ``if <guard>`` is left alone.
+expression instead). A call already under an ``if <guard>`` is left alone. Where the scan found a helper of ours
+that answers nothing (zero) for the query on this host (agent/repair/scan_zero_answers.py: the finding names the
+helper, not the call), the helper's call is the one guarded, where our code makes it.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ def header(stmt: ast.stmt) -> list[ast.AST]:
     return [stmt]
 
 
-def unguarded_calls(src: Source, nodes: list[ast.AST], dotted: str, guard: str) -> list[ast.Call]:
+def unguarded_calls(src: Source, nodes: list[ast.AST], dotted: str, guard: str,
+                    answering: str | None = None) -> list[ast.Call]:
     guarded: set[int] = set()
     for node in ast.walk(src.tree):
         if isinstance(node, ast.If | ast.IfExp) and guard in ast.unparse(node.test):
             guarded |= {id(n) for n in ast.walk(node)}
     return [n for node in nodes for n in ast.walk(node) if isinstance(n, ast.Call) and id(n) not in guarded
-            and makes_call(n, dotted)]
+            and (makes_call(n, dotted) or (answering is not None and ast.unparse(n.func) == answering))]
 
 
 def makes_call(call: ast.Call, dotted: str) -> bool:
@@ -60,7 +63,7 @@ def makes_call(call: ast.Call, dotted: str) -> bool:
 
 
 def sites(
-    ctx: RepairContext, fault: Fault, dotted: str, guard: str
+    ctx: RepairContext, fault: Fault, dotted: str, guard: str, answering: str | None = None
 ) -> Iterator[tuple[Source, list[ast.stmt], list[str]]]:
     """(file, statements making the call, evidence) for the innermost fixable frames first."""
     for frame in fixable_frames(ctx, fault):
@@ -69,7 +72,7 @@ def sites(
         if src is None or stmt is None:
             continue
         seen = [evidence_line(frame.file, frame.line, src.line(frame.line))]
-        if unguarded_calls(src, header(stmt), dotted, guard):
+        if unguarded_calls(src, header(stmt), dotted, guard, answering):
             yield src, [stmt], seen
             continue
         for call, helper_src, helper in (found for node in header(stmt) for found in reached(ctx, src, node)):
@@ -81,10 +84,10 @@ def sites(
                 yield helper_src, statements, seen
 
 
-def guarded_text(src: Source, stmt: ast.stmt, dotted: str, params: dict[str, str]) -> str:
+def guarded_text(src: Source, stmt: ast.stmt, dotted: str, params: dict[str, str], answering: str | None = None) -> str:
     """The file's text with ``stmt`` guarded (see the module's docstring)."""
     guard, fallback = params["guard"], params["fallback"]
-    calls = unguarded_calls(src, header(stmt), dotted, guard)
+    calls = unguarded_calls(src, header(stmt), dotted, guard, answering)
     indent = src.indent_of(stmt.lineno)
     simple = not hasattr(stmt, "body") and stmt.col_offset == len(indent.encode()) and (
         src.line(stmt.end_lineno or stmt.lineno)[stmt.end_col_offset or 0 :].strip() in ("", "\\"))
@@ -112,14 +115,17 @@ def guarded_text(src: Source, stmt: ast.stmt, dotted: str, params: dict[str, str
 def guard_call(ctx: RepairContext, fault: Fault, params: dict[str, str], *, origin: str, rationale: str,
                checks: list[Check]) -> Candidate | None:
     dotted = params["call"]
-    for src, statements, seen in sites(ctx, fault, dotted, params["guard"]):
+    # a device_call finding that names an identifier names our helper (a call expression names torch's own call)
+    named = fault.finding.callee if fault.finding and fault.finding.kind == "device_call" else ""
+    answering = named if named.isidentifier() else None
+    for src, statements, seen in sites(ctx, fault, dotted, params["guard"], answering):
         text = src.text
         for stmt in sorted(statements, key=lambda s: s.lineno, reverse=True):  # bottom up: offsets stay valid
             current = Source(src.path, text)
             now = statement_holding(current.tree, stmt.lineno)
             if now is None:
                 continue
-            text = guarded_text(current, now, dotted, params)
+            text = guarded_text(current, now, dotted, params, answering)
         if text != src.text:
             return candidate(ctx, {src.path: text}, origin=origin, rationale=rationale, evidence=seen,
                              extra_checks=checks)
