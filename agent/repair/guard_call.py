@@ -115,9 +115,7 @@ def guarded_text(src: Source, stmt: ast.stmt, dotted: str, params: dict[str, str
 def guard_call(ctx: RepairContext, fault: Fault, params: dict[str, str], *, origin: str, rationale: str,
                checks: list[Check]) -> Candidate | None:
     dotted = params["call"]
-    # a device_call finding that names an identifier names our helper (a call expression names torch's own call)
-    named = fault.finding.callee if fault.finding and fault.finding.kind == "device_call" else ""
-    answering = named if named.isidentifier() else None
+    answering = fault.finding.callee if fault.finding and fault.finding.kind == "zero_answer" else None
     for src, statements, seen in sites(ctx, fault, dotted, params["guard"], answering):
         text = src.text
         for stmt in sorted(statements, key=lambda s: s.lineno, reverse=True):  # bottom up: offsets stay valid

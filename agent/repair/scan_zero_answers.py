@@ -7,7 +7,7 @@ the model has loaded, far from the cause. The answer is read before any launch: 
 under an ``if`` whose test, the helper's locals replaced by the torch expressions they were assigned, holds in the
 target env (evaluated there, as the device detector evaluates ``torch.cuda`` calls, and only where the env has no
 CUDA device); the helper shares its name with a function of ``torch.cuda`` (asked of the env's torch). The finding
-is a ``device_call`` naming the helper: a playbook that knows that query (cuda-memory-query-off-cuda) guards the
+is a ``zero_answer`` naming the helper: a playbook that knows that query (cuda-memory-query-off-cuda) guards the
 call where our code makes it. A call of ours already under a device test is not reported.
 """
 
@@ -97,5 +97,5 @@ def zero_answer_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
                    f"holds in the target env ({inner.file}:{inner.line}), and {ours.code} takes that answer")
         faults.append(Fault("scan", ZERO_ANSWER, message, (ours, inner), fingerprint=fingerprint,
                             log_excerpt=f"predicted by the scan: `{test}` is true in the target env",
-                            finding=Finding("device_call", callee=helper.name)))
+                            finding=Finding("zero_answer", callee=helper.name)))
     return faults

@@ -24,8 +24,8 @@ class NotProven(MedicError):
 
 FaultStage = Literal["scan", "canary", "crash", "validate", "verify"]
 FindingKind = Literal["unexpected_kwarg", "missing_argument", "protocol_step", "return_shape", "device_call",
-                      "grafted_member", "environment", "env_choice", "distribution_name", "capability", "playbook",
-                      "interface_limit"]
+                      "zero_answer", "grafted_member", "environment", "env_choice", "distribution_name", "capability",
+                      "playbook", "interface_limit"]
 
 
 @dataclass(frozen=True)
