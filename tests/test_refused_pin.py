@@ -109,3 +109,61 @@ def test_a_refused_value_that_is_not_ours_is_not_touched(pinned) -> None:
         "self.blocks = initialize(self.config)", "self.config.block_size = 16\n        self.blocks = "
                                                  "initialize(self.config)"))
     assert refused_pin(ctx, fault()) == []
+
+
+SCHEDULER = '''
+class Scheduler:
+    def __init__(self, config, block_size):
+        # the scheduling granularity must agree with the cache's blocks (vLLM's coordinator asserts it)
+        assert block_size % config.block_size == 0, f"{block_size} does not hold blocks of {config.block_size}"
+        self.block_size = block_size
+'''
+ENGINE = '''
+from stagelib.config import CacheConfig
+from stagelib.scheduler import Scheduler
+
+
+def resolve_block_sizes(config):
+    return config.block_size, config.block_size
+
+
+class Engine:
+    def __init__(self, config):
+        scheduler_block_size, hash_block_size = resolve_block_sizes(config)
+        self.scheduler = Scheduler(config=config, block_size=scheduler_block_size)
+'''
+# the generator as speculators 0.4 writes it: the same constant handed to the scheduler too
+WITH_SCHEDULER = (GENERATOR
+                  .replace("from stagelib.worker import initialize\n",
+                           "from stagelib.scheduler import Scheduler\nfrom stagelib.worker import initialize\n")
+                  .replace("        self.blocks = initialize(self.config)\n",
+                           "        self.blocks = initialize(self.config)\n"
+                           "        self.scheduler = Scheduler(config=self.config, block_size=BLOCK_SIZE)\n")
+                  .replace('print("blocks", Generator().blocks)',
+                           'made = Generator()\n    print("blocks", made.blocks, made.scheduler.block_size)'))
+
+
+def test_our_other_pin_of_the_refused_value_takes_what_the_library_passes_there(pinned, tmp_path: Path) -> None:
+    """speculators 0.4 hands the same constant to the scheduler, which needs a size: left at 16 it would disagree
+    with the 128 the library chose. It takes what the library's own engine passes, in our names, in one change."""
+    ctx, gen, lib, fault = pinned
+    (lib / "scheduler.py").write_text(SCHEDULER)
+    (lib / "engine.py").write_text(ENGINE)
+    gen.write_text(WITH_SCHEDULER)
+    [cand] = refused_pin(ctx, fault())
+    assert "-            block_size=BLOCK_SIZE,\n" in cand.patch.diff, cand.patch.diff
+    assert "scheduler_block_size, hash_block_size = resolve_block_sizes(self.config)" in cand.patch.diff
+    assert "Scheduler(config=self.config, block_size=scheduler_block_size)" in cand.patch.diff
+    assert "Scheduler given what the library's own callers pass there" in cand.rationale
+    apply_patch(ctx.host, cand.patch, roots=ctx.roots, ledger_dir=str(tmp_path / "ledger"))
+    after = subprocess.run([sys.executable, str(gen)], capture_output=True, text=True, timeout=60)
+    assert after.returncode == 0 and after.stdout.strip() == "blocks 128 128", after.stderr
+
+
+def test_our_other_pin_no_library_caller_shows_is_left_and_the_drop_stands_alone(pinned) -> None:
+    ctx, gen, lib, fault = pinned
+    (lib / "scheduler.py").write_text(SCHEDULER)  # no engine: no caller of the library passes a size
+    gen.write_text(WITH_SCHEDULER)
+    [cand] = refused_pin(ctx, fault())
+    changed = [line for line in cand.patch.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert changed == ["-            block_size=BLOCK_SIZE,"], changed

@@ -6,6 +6,11 @@ platform picks a size of its own for a config that leaves it unset. That the ref
 over: the refusal's own f-string formats a variable whose name holds our keyword (``kv_manager_block_size`` holds
 ``block_size``), and the message prints our value there. The keyword is dropped only where the library's parameter
 defaults to None (the library decides); a concrete default would be one more pin, and nothing is proposed.
+Where our code passes the same pinned value under the same keyword to a callee that needs it given (speculators
+0.4 hands ``block_size=VLLM_BLOCK_SIZE`` to vLLM's ``Scheduler`` too), that pin would now disagree with the size the
+library chose: it takes what the library's own callers of that callee pass there, rewritten in our names (as a
+missing argument's value is, agent/repair/derived_calls.py), in the same change; when no caller shows it, the drop
+is proposed alone.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from agent.repair.context import (
     read_source,
     resolve_callee,
 )
-from agent.repair.edits import Source, callee_name, remove_keyword
+from agent.repair.derived_calls import value_from_call_sites
+from agent.repair.edits import Source, add_keyword, callee_name, insert_before_statement, remove_keyword
 from agent.repair.types import Candidate, Fault, RepairContext
 from tools import source as src_tools
 from tools.errors import MedicError
@@ -46,9 +52,37 @@ def refused_pin(ctx: RepairContext, fault: Fault) -> list[Candidate]:
                    f"dropped")
             evidence = [refusal.evidence, evidence_line(path, call.lineno, src.line(call.lineno)),
                         f"{target}: {keyword} defaults to None"]
-            return [candidate(ctx, {path: remove_keyword(src, call, keyword)}, origin="derived:refused_pin",
-                              rationale=why, evidence=evidence)]
+            text, followed = follow_the_choice(ctx, Source(path, remove_keyword(src, call, keyword)), keyword,
+                                               value, evidence)
+            why += f"; {', '.join(followed)} given what the library's own callers pass there" if followed else ""
+            return [candidate(ctx, {path: text}, origin="derived:refused_pin", rationale=why, evidence=evidence)]
     return []
+
+
+def follow_the_choice(ctx: RepairContext, src: Source, keyword: str, value: str,
+                      evidence: list[str]) -> tuple[str, list[str]]:
+    """``src``'s text with every other call that pins ``keyword`` to ``value`` given what the library's callers of
+    that callee pass for it instead (the statements that value needs first, before the call), and those callees.
+    Bottom up, so an edit never moves a call still to be read."""
+    pins = sorted(((call.lineno, callee_name(call) or "") for call, kw, shown in pinned_keywords(src)
+                   if kw == keyword and shown == value), reverse=True)
+    followed: list[str] = []
+    for lineno, name in pins:
+        call = src.call_at(lineno, name) if name else None
+        # derived from our call without the pin: what we pass there must not stand in for the library's value
+        dropped = Source(src.path, remove_keyword(src, call, keyword)) if call else None
+        unpinned = dropped.call_at(lineno, name) if dropped else None
+        before: list[str] = []
+        derived = (value_from_call_sites(ctx, dropped, unpinned, name, keyword, evidence, before)
+                   if dropped and unpinned else None)
+        if dropped is None or unpinned is None or derived is None:
+            continue  # no caller of the library shows it: this pin is left as it is
+        text = add_keyword(dropped, unpinned, keyword, derived)
+        if before:
+            text = insert_before_statement(Source(src.path, text), lineno, list(dict.fromkeys(before)))
+        src = Source(src.path, text)
+        followed.append(name)
+    return src.text, followed[::-1]
 
 
 def refused_values(stmt: ast.Raise, message: str) -> dict[str, str]:
