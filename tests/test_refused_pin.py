@@ -7,7 +7,6 @@ the patched generator is run again."""
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -168,21 +167,3 @@ def test_our_other_pin_no_library_caller_shows_is_left_and_the_drop_stands_alone
     [cand] = refused_pin(ctx, fault())
     changed = [line for line in cand.patch.diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
     assert changed == ["-            block_size=BLOCK_SIZE,"], changed
-
-
-def test_a_refusal_whose_message_ends_in_a_space_is_read(pinned) -> None:
-    """vLLM 0.29's wording, f"No common block size for {kv_manager_block_size}. ": the log line has lost the
-    trailing space the f-string ends in; the value is read all the same."""
-    ctx, _, lib, fault = pinned
-    worker = lib / "worker.py"
-    worker.write_text(LIBRARY["worker.py"].replace(
-        '''f"No common block size for {kv_manager_block_size} ("
-        + f"CPU_ATTN: [MultipleOf({supported})]"
-        + ")."''', 'f"No common block size for {kv_manager_block_size}. "'))
-    assert 'for {kv_manager_block_size}. "' in worker.read_text()
-    found = fault()
-    # a worker's traceback reaches medic through vLLM's logger, whose lines lose their trailing space
-    logged = dataclasses.replace(found, message=found.message.rstrip())
-    assert logged.message.endswith("for 16.")
-    [cand] = refused_pin(ctx, logged)
-    assert "-            block_size=BLOCK_SIZE,\n" in cand.patch.diff

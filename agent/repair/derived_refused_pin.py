@@ -95,8 +95,8 @@ def refused_values(stmt: ast.Raise, message: str) -> dict[str, str]:
     whole = isinstance(stmt.exc, ast.Call) and bool(stmt.exc.args) and stmt.exc.args[0] is template
     pattern, names = "", list[str]()
     for at, part in enumerate(template.values):
-        if isinstance(part, ast.Constant):  # its spaces as any run of them: a log line loses a trailing one
-            pattern += r"\s*".join(re.escape(word) for word in re.split(r"\s+", str(part.value)))
+        if isinstance(part, ast.Constant):
+            pattern += re.escape(str(part.value))
         elif isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name) and (
                 whole or at < len(template.values) - 1):  # a last value of a longer message has no end to read to
             pattern += f"(?P<v{len(names)}>.+?)"
