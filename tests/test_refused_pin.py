@@ -132,8 +132,11 @@ class Engine:
         scheduler_block_size, hash_block_size = resolve_block_sizes(config)
         self.scheduler = Scheduler(config=config, block_size=scheduler_block_size)
 '''
-# the generator as speculators 0.4 writes it: the same constant handed to the scheduler too
+# the generator as speculators 0.4 writes it: the constant chosen by the host, and handed to the scheduler too
 WITH_SCHEDULER = (GENERATOR
+                  .replace("BLOCK_SIZE = 16  # Block size for KV cache",
+                           "def is_npu_available():\n    return False\n\n\n"
+                           "BLOCK_SIZE = 128 if is_npu_available() else 16  # Block size for KV cache")
                   .replace("from stagelib.worker import initialize\n",
                            "from stagelib.scheduler import Scheduler\nfrom stagelib.worker import initialize\n")
                   .replace("        self.blocks = initialize(self.config)\n",

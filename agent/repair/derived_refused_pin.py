@@ -118,15 +118,18 @@ def our_files(ctx: RepairContext, fault: Fault) -> list[str]:
 
 
 def pinned_keywords(src: Source) -> list[tuple[ast.Call, str, str]]:
-    """(call, keyword, value as text) for each keyword our code passes a literal, or a module constant, to."""
+    """(call, keyword, value as text) for each keyword our code passes a literal, or a module constant, to. A
+    constant chosen between literals by the host (speculators 0.4: ``128 if is_npu_available() else 16``) pins
+    either: one entry for each."""
     constants = {t.id: n.value for n in src.tree.body if isinstance(n, ast.Assign)
                  for t in n.targets if isinstance(t, ast.Name)}
     found = []
     for call in (n for n in ast.walk(src.tree) if isinstance(n, ast.Call)):
         for kw in call.keywords:
             value = constants.get(kw.value.id, kw.value) if isinstance(kw.value, ast.Name) else kw.value
-            if kw.arg and isinstance(value, ast.Constant) and isinstance(value.value, int | float | str):
-                found.append((call, kw.arg, str(value.value)))
+            for choice in (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,):
+                if kw.arg and isinstance(choice, ast.Constant) and isinstance(choice.value, int | float | str):
+                    found.append((call, kw.arg, str(choice.value)))
     return found
 
 
