@@ -53,11 +53,14 @@ def is_zeros(node: ast.expr | None) -> bool:
 
 def zero_returns(helper: Function) -> Iterator[tuple[ast.Return, str]]:
     """Each ``return <zeros>`` directly under an ``if`` of the helper, with the test in torch's terms only."""
-    assigned = {t.id: n.value for n in ast.walk(helper) if isinstance(n, ast.Assign)
-                for t in n.targets if isinstance(t, ast.Name) and ast.unparse(n.value).startswith("torch.")}
+    assignments = sorted(((n.lineno, t.id, n.value) for n in ast.walk(helper) if isinstance(n, ast.Assign)
+                          for t in n.targets if isinstance(t, ast.Name)), key=lambda a: a[0])
     for node in ast.walk(helper):
         if not isinstance(node, ast.If):
             continue
+        # each local as last assigned before the test, when that was a torch expression
+        latest = {name: value for line, name, value in assignments if line < node.lineno}
+        assigned = {name: value for name, value in latest.items() if ast.unparse(value).startswith("torch.")}
         for stmt in node.body:
             if isinstance(stmt, ast.Return) and is_zeros(stmt.value):
                 test = Substitute(assigned).visit(copy.deepcopy(node.test))
