@@ -18,7 +18,7 @@ that nothing can be done is the stop's message.
     protocol_drift                           protocol_step                         protocol_step
     shape_drift                              return_shape                          changed_return_shape
     device_drift                             device_call                           playbooks (a known signature)
-    zero_answer_drift                        zero_answer (our helper answers zero)  playbooks (a known signature)
+    zero_answer_drift                        zero_answer (a helper of ours: zero)  playbooks (a known signature)
     grafted_member_drift                     grafted_member                        renamed_member
     platform_drift (the server's code)       distribution_name, capability         distribution_name, capability
     playbook_drift                           playbook (a playbook's predict)       that playbook
