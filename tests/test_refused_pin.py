@@ -2,8 +2,9 @@
 
 vLLM 0.31's shape in small (a package on PYTHONPATH, read by the real probe): its cache config leaves the block
 size to the platform when none is given, and its worker refuses a size its attention kernel does not take. The
-fixable generator pins 16 through a module constant, as speculators 0.3.0 does. The fault is the real traceback;
-the patched generator is run again."""
+fixable generator pins 16 through a module constant, as speculators 0.3.0 does; or, as 0.4 does, through a constant
+the host chooses between literals, handed to a scheduler that needs a size too. The fault is the real traceback; the
+patched generator is run again."""
 
 from __future__ import annotations
 
