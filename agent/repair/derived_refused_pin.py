@@ -69,13 +69,14 @@ def follow_the_choice(ctx: RepairContext, src: Source, keyword: str, value: str,
     followed: list[str] = []
     for lineno, name in pins:
         call = src.call_at(lineno, name) if name else None
+        if call is None:
+            continue
         # derived from our call without the pin: what we pass there must not stand in for the library's value
-        dropped = Source(src.path, remove_keyword(src, call, keyword)) if call else None
-        unpinned = dropped.call_at(lineno, name) if dropped else None
+        dropped = Source(src.path, remove_keyword(src, call, keyword))
+        unpinned = dropped.call_at(lineno, name)
         before: list[str] = []
-        derived = (value_from_call_sites(ctx, dropped, unpinned, name, keyword, evidence, before)
-                   if dropped and unpinned else None)
-        if dropped is None or unpinned is None or derived is None:
+        derived = value_from_call_sites(ctx, dropped, unpinned, name, keyword, evidence, before) if unpinned else None
+        if unpinned is None or derived is None:
             continue  # no caller of the library shows it: this pin is left as it is
         text = add_keyword(dropped, unpinned, keyword, derived)
         if before:

@@ -25,22 +25,20 @@ from agent.repair.scan_rules import Function, frame_at, functions, guarded_nodes
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 
 ZERO_ANSWER = "DeviceQueryAnsweredZero"  # the predicted fault's type, which a playbook's signature names
-ZERO_MARK = "<<medic-zero>> "
-# Run by the target's python: argv[1] is JSON [[helper name, test], …]; which tests hold, for helpers named after a
-# torch.cuda function, where no CUDA device answers (a test read on a GPU host proves nothing of this one)
+# Run by the target's python: argv[1] is JSON [[helper name, test], …]; prints those that hold, for helpers named
+# after a torch.cuda function, where no CUDA device answers (a test read on a GPU host proves nothing of this one)
 ZERO_PROBE = r"""
 import json, sys
 import torch
-asked = json.loads(sys.argv[1])
-out = {"available": bool(torch.cuda.is_available()), "holds": []}
-if not out["available"]:
-    for name, test in asked:
+holds = []
+if not torch.cuda.is_available():
+    for name, test in json.loads(sys.argv[1]):
         try:
             if hasattr(torch.cuda, name) and eval(test, {"torch": torch}) is True:
-                out["holds"].append([name, test])
+                holds.append([name, test])
         except Exception:
             pass  # a test this env cannot evaluate holds nothing
-print("<<medic-zero>> " + json.dumps(out))
+print(json.dumps(holds))
 """
 
 
@@ -86,9 +84,8 @@ def zero_answer_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
     asked = sorted({(helper.name, test) for *_, helper, test in sites if f"zero:{helper.name}:{test}" not in ctx.memo})
     if asked:
         result = ctx.host.run([ctx.python, "-c", ZERO_PROBE, json.dumps(asked)], timeout=120)
-        reply = next((line[len(ZERO_MARK):] for line in result.stdout.splitlines() if line.startswith(ZERO_MARK)),
-                     None)
-        holds = {tuple(pair) for pair in json.loads(reply)["holds"]} if reply else set()
+        answer = result.last_json() if result.ok else None
+        holds = {tuple(pair) for pair in answer} if isinstance(answer, list) else set()
         for name, test in asked:  # no answer (the probe died) is no finding
             ctx.memo[f"zero:{name}:{test}"] = (name, test) in holds
     faults: list[Fault] = []
