@@ -33,7 +33,6 @@ from agent.repair.edits import Source, callee_name
 from agent.repair.types import Fault, Finding, FrameRef, RepairContext
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
-DEVICE_MARK = "<<medic-device>> "
 DEVICE_TESTS = ("cuda", "is_available", "platform", "device")  # an `if` on these already picks the device
 DEVICE_PROBE = r"""
 import json, sys, traceback
@@ -48,7 +47,7 @@ if not out["available"]:  # only where no GPU can be touched
             frames = [f for f in traceback.extract_tb(exc.__traceback__)[1:] if f.filename != "<string>"]
             out["raised"][expr] = {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:300],
                                    "frames": [[f.filename, f.lineno, f.name, f.line or ""] for f in frames]}
-print("<<medic-device>> " + json.dumps(out))
+print(json.dumps(out))
 """
 
 
@@ -185,9 +184,8 @@ def device_drift(ctx: RepairContext, sources: list[Source]) -> list[Fault]:
     exprs = sorted({expr for *_, expr in sites if f"device:{expr}" not in ctx.memo})
     if exprs:
         result = ctx.host.run([ctx.python, "-c", DEVICE_PROBE, json.dumps(exprs)], timeout=120)
-        reply = next((line[len(DEVICE_MARK):] for line in result.stdout.splitlines() if line.startswith(DEVICE_MARK)),
-                     None)
-        raised_by = json.loads(reply)["raised"] if reply else {}
+        answer = result.last_json()  # the probe's last line, as every probe's answer is read
+        raised_by = answer.get("raised", {}) if isinstance(answer, dict) else {}
         for expr in exprs:  # no answer (the probe died) is no finding, as before
             ctx.memo[f"device:{expr}"] = raised_by.get(expr)
     faults: list[Fault] = []
