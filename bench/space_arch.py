@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     flavours = args.flavour or FLAVOURS
     if args.pair and len(flavours) != 1:
         parser.error("--pair names one flavour's releases: give --flavour too")
+    if args.pair and not all(args.pair.partition(":")[::2]):
+        parser.error(f"--pair {args.pair}: give both releases, SPEC:VLLM (e.g. 0.8.1:0.24.0)")
     items = [item for flavour in flavours for item in plan(flavour, only, args.unsupported, work, args.pair)]
     if only and not items:
         parser.error(f"none of {', '.join(only)} is an architecture of the labs' vLLM")
