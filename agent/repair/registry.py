@@ -8,7 +8,8 @@ its stand-ins included) answer faults that only a run shows. ``ENVIRONMENT_FIRST
 answers alone; ``LAST_RESORT`` only when nothing else found a candidate (the packages' own release history:
 slow, it downloads and imports; a failure the library absorbed and warned of before the fatal one; a swap of
 the library's that misses what a module captured at import, which imports the modules it names; a stand-in the
-library's later release puts in place of a name whose original fails on this host), and its proof
+library's later release puts in place of a name whose original fails on this host; a key the library's later
+release makes another way for a lookup of its own that missed it), and its proof
 that nothing can be done is the stop's message.
 
     detector (agent/repair/scan_*.py)        finds                                 repaired by
@@ -49,6 +50,7 @@ from agent.repair import (
     derived_packages,
     derived_platform,
     derived_precondition,
+    derived_rebuilt_key,
     derived_refused_pin,
     derived_stand_in_names,
     derived_stand_ins,
@@ -116,6 +118,9 @@ LAST_RESORT: tuple[tuple[str, Repair], ...] = (
     ("absorbed_failure", derived_absorbed.absorbed_failure),
     # the library calls a function of its own that does not take what it passes: the library's later definition
     ("lagging_callee", derived_lagging_callee.lagging_callee),
+    # the library looks up a key it made itself in a table it built, and misses: its later release makes the key
+    # another way
+    ("rebuilt_key", derived_rebuilt_key.rebuilt_key),
     # the library swaps a module's name for this host's stand-in after the module handed the original to an object
     ("swap_misses_holder", derived_swap_holders.swap_misses_holder),
     # the original of a name fails on this host; the library's later release stands its own in for it for good
