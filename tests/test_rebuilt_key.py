@@ -46,8 +46,10 @@ def as_0240(shipped: str, start_of: str = "    def _load_weights_other(") -> str
 
 
 def load(lab: ServerLabPaths, model: Path) -> subprocess.CompletedProcess[str]:
+    """vLLM's temporary files (its distributed init file, torch's compile cache) go beside the model, not to /tmp."""
     return subprocess.run([str(lab.python), "-c", LOAD.format(model=str(model))], capture_output=True, text=True,
-                          timeout=600, cwd=lab.root, env={"PATH": "/usr/bin:/bin", **SERVER_RUN_ENV})
+                          timeout=600, cwd=lab.root,
+                          env={"PATH": "/usr/bin:/bin", "TMPDIR": str(model.parent), **SERVER_RUN_ENV})
 
 
 def test_the_library_s_later_loop_that_makes_the_key_is_proposed_and_the_model_loads(
