@@ -56,14 +56,15 @@ def lab_of(flavour: str, release: str = "") -> tuple[Pair, Path]:
     """The lab a flavour's runs copy: the default pair's (`make test` builds both), or ``release``
     (SPEC:VLLM), built or reused as the space bench builds that pair's lab."""
     if release:
-        if f"{flavour}@{release}" not in BUILT:
+        key = f"{flavour}@{release}"
+        if key not in BUILT:
             spec, _, vllm = release.partition(":")
             pair = Pair(spec, vllm, flavour)
             root, failed = build(pair, fresh=not lab_root(pair).exists())
             if root is None:
                 raise SystemExit(f"space_arch: no lab for {flavour} {release}: {failed['detail']}")
-            BUILT[f"{flavour}@{release}"] = (pair, root)
-        return BUILT[f"{flavour}@{release}"]
+            BUILT[key] = (pair, root)
+        return BUILT[key]
     if flavour == "server":
         server = ServerPair()
         return Pair(server.speculators, server.vllm, "server"), server.default_root()

@@ -19,15 +19,14 @@ import ast
 from agent.repair.context import candidate, evidence_line, read_source
 from agent.repair.derived_platform import host_frames
 from agent.repair.edits import Source
-from agent.repair.library_history import definition, later_word
+from agent.repair.library_history import Definition, definition, later_word
 from agent.repair.limits_weights import missing_key
 from agent.repair.types import Candidate, Fault, RepairContext
 
 ORIGIN = "derived:platform:rebuilt_key"
-Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def looked_up(func: Function, line: int) -> set[str]:
+def looked_up(func: Definition, line: int) -> set[str]:
     """The names the failing line uses as a subscript's key (``params_dict[name]`` → ``name``)."""
     return {node.slice.id for node in ast.walk(func) if isinstance(node, ast.Subscript)
             and isinstance(node.slice, ast.Name) and node.lineno == line}
@@ -37,7 +36,7 @@ def bound(target: ast.expr, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(target))
 
 
-def makings(func: Function, name: str) -> list[str]:
+def makings(func: Definition, name: str) -> list[str]:
     """How ``func`` makes ``name``: what each loop over it iterates, each assignment to it assigns."""
     made: list[ast.expr | None] = []
     for node in ast.walk(func):
