@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures_slurm import start_requeued_job_now
 from tools import ipc_dir, slurm
 from tools.host import CommandResult, FunctionHost, Host, LocalHost
 
@@ -114,9 +115,10 @@ def test_a_requeued_jobs_earlier_exit_code_is_gone_once_it_runs_again(host: Host
         while not exit_file.exists() and time.monotonic() < deadline:  # the TERMed run wrote its code
             time.sleep(0.1)
         assert exit_file.read_text() == "143\n"
-        subprocess.run(["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], check=True, capture_output=True)
+        start_requeued_job_now(job.job_id, killed_at=time.time())
         while b"run 1" not in slurm.follow(host, job, 0).data and time.monotonic() < deadline:
             time.sleep(0.1)
+        assert b"run 1" in slurm.follow(host, job, 0).data, slurm.states(host, job)
         assert slurm.states(host, job)[None].state == "RUNNING"
         assert not exit_file.exists()  # the run that goes on has not ended: no code says it has
         assert wait_ended(host, job)[None].state == "COMPLETED"

@@ -14,6 +14,7 @@ import pytest
 from agent.scheduler import SlurmSettings
 from agent.session import run_session
 from tests.fixtures_fake import Fake, MakeFake
+from tests.fixtures_slurm import start_requeued_job_now
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -40,7 +41,9 @@ def test_a_requeued_job_is_followed_through_and_is_no_fault(make_fake: MakeFake)
         while time.monotonic() < deadline and not any(  # medic saw it wait; then no need to wait cred_expire
                 e["kind"] == "scheduler" and e["data"].get("reason") == "BeginTime" for e in fake.trace):
             time.sleep(0.2)
-        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
+        while time.monotonic() < deadline and "DUE TO JOB REQUEUE" not in log_text(fake):  # slurmd's kill
+            time.sleep(0.1)
+        start_requeued_job_now(job_id, killed_at=time.time())
 
     kicker = threading.Thread(target=requeue, daemon=True)
     kicker.start()
