@@ -35,6 +35,7 @@ from agent.job import (
     seen_through,
     where_looked,
 )
+from agent.job_words import said_in_log
 from agent.launch_records import DetachedLaunch, LaunchRecord
 from agent.launchers.beside import stop_beside
 from agent.repair.scan import scan_files
@@ -120,6 +121,10 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     fault = Fault("canary" if canary else "validate", "OutputMismatch", red.text("\n".join(said)), (),
                   caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + evidence[0][:60],
                   log_excerpt=red.text(output), reach=reached_files(state, deps), output=facts)
+    lacking = facts.missing_sequences if facts and not given else ()
+    if run and run.get("run_dir") and lacking and all(  # only rows missing: what did the job say of them?
+            any(p.startswith(f"row {r}: no ") for r in lacking) for p in report.get("problems") or []):
+        fault = said_in_log(deps.host, deps.launcher.log_of(run), fault, lacking, red.text)
     deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10],
                                       "facts": asdict(facts) if facts else None})
     suspect = model_patch_newest(list(state.get("patches") or []))

@@ -43,4 +43,5 @@ def start_requeued_job_now(job_id: str, killed_at: float) -> None:
     FAILED), the reason slurmctld delays a requeued job by cred_expire; so the start is moved only once the clock
     is past the second in which the kill was seen (``killed_at``, the earlier run's exit code or Slurm's line)."""
     time.sleep(max(0.0, math.floor(killed_at) + 1.2 - time.time()))
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)  # it may have started
+    # not checked: a job that started meanwhile is refused, and is where the caller wants it
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)

@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from agent.faults import fault_from_log
+from agent.job_words import lifted, said_of_rows
 from agent.repair.derived_awaited_write import awaited_write, with_imports
 from agent.repair.edits import Source
-from agent.repair.types import RepairContext
+from agent.repair.types import Fault, OutputFacts, RepairContext
 from lab.server_lab import ServerLabPaths
 from tools.host import LocalHost
 from tools.patches import apply_patch
@@ -124,3 +125,76 @@ def test_the_imports_the_wait_needs_go_after_a_docstring_and_future_imports() ->
     assert with_imports(Source("/s.py", has_os), ("fcntl", "os")) == "import fcntl\nimport os\nimport sys\n"
     assert with_imports(Source("/s.py", "from __future__ import annotations\n"), ("os",)) == (
         "from __future__ import annotations\nimport os\n")
+
+
+# speculators 0.5.0's worker: a sample whose move fails is logged and skipped, and the script exits 0
+SKIPPING = '''import asyncio
+import logging
+import shutil
+import sys
+
+logging.basicConfig(level=logging.INFO)
+logger = logging.getLogger("generate")
+
+
+async def worker(idx, hidden_states_path, target):
+    try:
+        await asyncio.to_thread(
+            shutil.move, hidden_states_path, target
+        )
+    except Exception as e:
+        logger.@LOG@("Skipping sample %d due to error: %s", idx, e)
+
+
+asyncio.run(worker(1, sys.argv[1], sys.argv[2]))
+logger.warning("Skipped 1 samples due to errors: [1]")
+'''
+
+
+def skipped(server_lab: ServerLabPaths, tmp_path: Path, log: str) -> tuple[Path, Path, Path, Fault]:
+    """The skipping script run against a writer still writing: exit 0, row 1 missing, and the fault medic's check
+    raised (row 1 has no file) lifted to what the job logged of row 1."""
+    scripts, staging = tmp_path / "scripts", tmp_path / "staging"
+    for folder in (scripts, staging, tmp_path / "work"):
+        folder.mkdir()
+    script = scripts / "data_generation_offline.py"
+    script.write_text(SKIPPING.replace("@LOG@", log))
+    answered, target = staging / "cmpl-1.safetensors", tmp_path / "work" / "hs_1.safetensors"
+    writer = write_late(tmp_path, answered)
+    ran = subprocess.run([sys.executable, str(script), str(answered), str(target)], capture_output=True, timeout=60)
+    writer.wait(timeout=30)
+    assert ran.returncode == 0 and not target.exists(), ran.stderr
+    checked = Fault("validate", "OutputMismatch", "row 1: no hs_1.safetensors", (),
+                    output=OutputFacts(missing_sequences=(1,)))
+    word = said_of_rows(ran.stderr, [1])
+    assert word is not None and word.row == 1 and "Skipping sample 1 due to error" in word.line
+    assert said_of_rows(ran.stderr, [0, 2]) is None  # the job said nothing of the other rows
+    return script, answered, target, lifted(checked, word)
+
+
+def test_a_skipped_row_whose_error_was_logged_with_its_traceback_is_repaired_from_it(
+        server_lab: ServerLabPaths, tmp_path: Path) -> None:
+    script, answered, target, fault = skipped(server_lab, tmp_path, "exception")
+    assert fault.exc_type == "FileNotFoundError" and str(answered) in fault.message and fault.frames
+    assert fault.log_excerpt.startswith("the job's own line for row 1: ")
+    ctx = context(server_lab, tmp_path, (str(tmp_path / "scripts"),))
+    (found,) = awaited_write(ctx, fault)
+    apply_patch(LocalHost(), found.patch, roots=ctx.roots, ledger_dir=str(tmp_path / "ledger"))
+    answered.unlink(missing_ok=True)
+    writer = write_late(tmp_path, answered)
+    waited = subprocess.run([sys.executable, str(script), str(answered), str(target)], capture_output=True,
+                            timeout=60)
+    writer.wait(timeout=30)
+    assert waited.returncode == 0 and b"Skipping" not in waited.stderr, waited.stderr
+    assert target.read_text() == "whole"
+
+
+def test_a_skipped_row_logged_without_a_traceback_is_the_jobs_error_and_no_patch(
+        server_lab: ServerLabPaths, tmp_path: Path) -> None:
+    """Python's own type for the errno, the path the job could not find; no frame says which line used it, so
+    the wait is not proposed (the line is not proven), and the stop says what the job said."""
+    _, answered, _, fault = skipped(server_lab, tmp_path, "warning")
+    assert fault.exc_type == "FileNotFoundError" and not fault.frames
+    assert fault.message.startswith(f"[Errno 2] No such file or directory: '{answered}'")
+    assert "row 1, as the job logged it: no traceback" in fault.message
+    assert awaited_write(context(server_lab, tmp_path, (str(tmp_path / "scripts"),)), fault) == []

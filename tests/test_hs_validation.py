@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -120,7 +121,7 @@ def test_each_way_a_real_output_can_be_wrong_is_named(typed: dict[str, Any]) -> 
     assert "row 1: token_ids differ from the dataset's input_ids" in problems
     assert "row 2: hidden_states shape" in problems  # one token short
     assert "row 3: hidden_states 3 layer slots, expected 4 (layer ids [2, 4, 5, 8] from the server's" in problems
-    assert "row 4: no hs_4.safetensors" in problems
+    assert "row 4: no hs_4.safetensors" in problems and report["missing_sequences"] == [4]
     assert not [p for p in report["problems"] if p.startswith("row 5")]  # as the client wrote it
 
 
@@ -150,6 +151,36 @@ def test_a_layout_no_known_writer_uses_is_unverified_saying_what_it_would_need(t
     assert "hs_0.safetensors holds tensors ['hs', 'ids']: no layout medic knows" in problem
     assert "tools/hs_layouts.py" in problem and "--validate" in problem
     assert all(layout.describe() in problem for layout in hs_layouts.LAYOUTS)
+
+
+def test_a_row_the_job_skipped_is_the_error_the_job_logged_for_it(typed: dict[str, Any]) -> None:
+    """Through the validate node: a real output with row 4 gone, and the client's log saying why (speculators
+    0.5.0's words for a sample it skips). The fault is the job's error, typed as Python types its errno, with the
+    job's line; a log that says nothing of row 4 leaves the check's own fault."""
+    lab: ServerLabPaths = typed["lab"]
+    folder = typed["base"] / "hs-skipped"
+    shutil.copytree(typed["job"] / "hs", folder)
+    (folder / "hs_4.safetensors").unlink()
+    target = Target(python=str(lab.python), workdir=str(typed["job"]), env=dict(SERVER_RUN_ENV),
+                    command=[w if w != "hs" else str(folder) for w in client_words(lab)],
+                    server_command=server_words(lab))
+    config = SessionConfig(session_id="hs-skipped", target=target)
+    staged = typed["job"] / "staging" / "cmpl-7f3a.safetensors"
+    said = {"run-said": f"WARNING Skipping sample 4 due to error: [Errno 2] No such file or directory: '{staged}'\n",
+            "run-silent": "INFO Processing 6 samples\nINFO Saved 5 new data points\n"}
+    faults = {}
+    for name, log in said.items():
+        (typed["base"] / name).mkdir()
+        (typed["base"] / name / "log").write_text(log)
+        trace = TraceWriter(typed["base"] / f"{name}.jsonl", {"session": "hs-skipped"}, Redactor())
+        deps = Deps(host=LocalHost(), config=config, engine=RepairEngine(playbooks=[]), trace=trace)
+        run = {"n": 1, "kind": "target", "launcher": "detached", "run_dir": str(typed["base"] / name)}
+        faults[name] = validate({"run": run, "faults": []}, deps)["fault"]  # type: ignore[typeddict-item]
+    said_fault, silent = faults["run-said"], faults["run-silent"]
+    assert said_fault["exc_type"] == "FileNotFoundError" and str(staged) in said_fault["message"]
+    assert said_fault["log_excerpt"].startswith("the job's own line for row 4: ")
+    assert list(said_fault["output"]["missing_sequences"]) == [4]
+    assert silent["exc_type"] == "OutputMismatch" and "row 4: no hs_4.safetensors" in silent["message"]
 
 
 def test_without_the_servers_layer_ids_medic_says_what_it_needs(typed: dict[str, Any]) -> None:

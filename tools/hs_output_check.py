@@ -169,11 +169,13 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
     pending: list[tuple[int, Any, Any, Any]] = []  # rows whose values are checked: (row, ids, states, stored dtype)
     values = {wanted[i] for i in sample_indices(len(wanted), args.sample)}
     used: set[str] = set()
+    missing: list[int] = []  # rows with no record: the job's own log may say why (agent/job_words.py)
     for row in wanted:
         name = args.file_name.format(index=row)
         path = os.path.join(args.output, name)
         if not os.path.exists(path):
             problems.append(f"row {row}: no {name}")
+            missing.append(row)
             continue
         try:
             with safe_open(path, framework="pt") as f:
@@ -217,7 +219,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             "max_abs_error_per_layer": per_layer, "median_error_per_layer": judged["median"],
             "job_dtype": judged["dtype"], "outliers": judged["outliers"],
             "excused_tokens": judged["excused_tokens"], "problems": problems[:50],
-            "passed": passed[:20]}
+            "passed": passed[:20], "missing_sequences": missing}
 
 
 def values_against_reference(args: argparse.Namespace, config: Any, layer_ids: list[int],

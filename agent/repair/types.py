@@ -42,7 +42,8 @@ class Finding:
     detail: str = ""
 
 
-OutputFact = Literal["short_sequences", "misshapen_sequences", "layer_count_sequences", "off_layers"]
+OutputFact = Literal["short_sequences", "misshapen_sequences", "layer_count_sequences", "off_layers",
+                     "missing_sequences"]
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,12 @@ class OutputFacts:
     misshapen_sequences: tuple[int, ...] = ()  # any other shape
     layer_count_sequences: tuple[int, ...] = ()  # not one tensor per layer id
     off_layers: tuple[int, ...] = ()  # values beyond the tolerance against the fp32 reference
+    missing_sequences: tuple[int, ...] = ()  # rows asked of the job with no record in its output
 
     @classmethod
     def from_report(cls, report: dict[str, Any]) -> OutputFacts | None:
         """The facts of a check's JSON report; None when it has none (a report of another validator)."""
-        names = ("short_sequences", "misshapen_sequences", "layer_count_sequences", "off_layers")
+        names = ("short_sequences", "misshapen_sequences", "layer_count_sequences", "off_layers", "missing_sequences")
         if not any(isinstance(report.get(n), list | tuple) for n in names):
             return None
         return cls(**{n: tuple(int(x) for x in report.get(n) or [] if isinstance(x, int)) for n in names})
