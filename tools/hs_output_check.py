@@ -219,7 +219,7 @@ def check(args: argparse.Namespace) -> dict[str, Any]:
             "max_abs_error_per_layer": per_layer, "median_error_per_layer": judged["median"],
             "job_dtype": judged["dtype"], "outliers": judged["outliers"],
             "excused_tokens": judged["excused_tokens"], "problems": problems[:50],
-            "passed": passed[:20], "missing_sequences": missing}
+            "passed": passed[:20], "missing_sequences": missing, "off_layers": sorted(judged["off"])}
 
 
 def values_against_reference(args: argparse.Namespace, config: Any, layer_ids: list[int],
@@ -231,7 +231,7 @@ def values_against_reference(args: argparse.Namespace, config: Any, layer_ids: l
     dtype = job_dtype(config, args.dtype)
     name = str(dtype).removeprefix("torch.")
     out: dict[str, Any] = {"problems": [], "passed": [], "max": {}, "median": {}, "outliers": [], "dtype": name,
-                           "excused_tokens": 0}
+                           "excused_tokens": 0, "off": set()}
     if not pending:
         return out
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
@@ -270,6 +270,7 @@ def values_against_reference(args: argparse.Namespace, config: Any, layer_ids: l
         failing = j["failing"].nonzero().flatten().tolist()
         out["excused_tokens"] += int(j["over"].sum()) - len(failing)
         if failing or j["too_many"]:
+            out["off"].add(layer)
             first = failing[0] if failing else int(j["over"].nonzero().flatten()[0])
             out["problems"].append(
                 f"row {where[first][0]} layer {layer}: max abs error {absolute[first].item():.4f} > "

@@ -71,9 +71,12 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     rejected = rejected_contents(state)
     # a limit the installed library proves comes first: nothing is proposed for it, however a search would end
     limit = None if tried or seen or fault.fatal else library_limit(state, deps, fault)
+    ctx = deps.context(state)
+    if fault.output and fault.output.off_layers:  # wrong values: the model's own config may say what it asks
+        folder = job_model_folder(deps.config.target, deps.host)
+        ctx.model_dir = folder.path if folder else ""
     while limit is None and not queue and len(tried) < cap:
-        found = [candidate_to_dict(c) for c in deps.engine.candidates(deps.context(state), fault,
-                                                                      skip=frozenset(tried))]
+        found = [candidate_to_dict(c) for c in deps.engine.candidates(ctx, fault, skip=frozenset(tried))]
         for note in deps.engine.notes:
             deps.record("warning", "repair", {"message": note})
         seen += found

@@ -55,6 +55,7 @@ from agent.repair import (
     derived_stand_in_names,
     derived_stand_ins,
     derived_swap_holders,
+    derived_unreached_window,
 )
 from agent.repair.edits import Source
 from agent.repair.scan_env import environment_drift
@@ -92,6 +93,8 @@ REPAIRS: tuple[tuple[str, Repair], ...] = (
     ("named_switch", derived_named_option.named_switch),
     # the failing call stands under a config value the library set itself from a setting its CLI turns off
     ("branch_switch", derived_branch_switch.branch_switch),
+    # wrong values from a model whose sliding window the job never reaches: the library's switch that turns it off
+    ("unreached_window", derived_unreached_window.unreached_window),
     # the library against its host: these edit the library's own files (agent/repair/derived_platform.py)
     ("distribution_name", derived_platform.distribution_name),
     ("capability", derived_platform.capability_predicate),

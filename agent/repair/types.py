@@ -156,6 +156,7 @@ class RepairContext:
     job_command: tuple[str, ...] = ()  # the job's command as the next launch runs it (kept option remedies set)
     job_env: dict[str, str] | None = None  # what the next launch runs with (the job's env and kept remedies)
     device: str | None = None  # the job's device as its target says ("cuda", "cpu"); None: what its torch sees
+    model_dir: str = ""  # the job's model folder, read for a wrong output's values (its config.json says the model)
     medic_dir: str = ""  # the workdir's .medic on the host: every session's ledger (the wheel's bytes a patch replaced)
     # caches only (answers of the target env and of the source); every input is a field above
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # probe answers, per context

