@@ -14,6 +14,7 @@ class LaunchData(TypedDict, total=False):
     reattached: bool
     beside: bool  # a target adopted: started beside the canary, nothing changed since
     target_beside: str  # a canary's: the run folder of the target started beside it
+    wrong_output_set_aside: dict[str, str]  # the last target's wrong output, moved before this launch: from, to
     interpreter: dict[str, Any]  # which bare python name ran as the target's python
     script: dict[str, Any]  # which program of the target env ran for the command head (given, ran)
     job_id: str

@@ -98,6 +98,10 @@ class SessionState(TypedDict, total=False):
     validation: ValidationReport | None
     """The last validator report (per-layer errors, problems)."""
 
+    wrong_output: str | None
+    """The output medic's check found wrong values or rows in: set aside before the next target launch, so that a
+    job that resumes computes it again (agent/wrong_output.py)."""
+
     verified_shards: list[int]
     """A sharded session: the shards whose output is verified (never run again)."""
 

@@ -42,6 +42,7 @@ from agent.repair.scan import scan_files
 from agent.repair.types import Fault, FrameRef, OutputFacts
 from agent.shards import total
 from agent.state import SessionState, ValidationReport
+from agent.wrong_output import to_set_aside
 from tools import env_scripts
 from tools.errors import MedicError, RunError
 from tools.host import CommandResult, Host
@@ -116,19 +117,21 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
     facts = (OutputFacts.from_report(dict(report)) if not given
              else measured_facts(deps, run_command or target.command, output, env))
     red = deps.trace.redactor  # the validator's output is the job's data: redacted before it is kept
-    output = "\n".join(f"({stream}) {line}" for stream, text in (("stderr", result.stderr), ("stdout", result.stdout))
-                       for line in text.strip().splitlines()[-40:])
+    said_out = "\n".join(f"({stream}) {line}" for stream, text in (("stderr", result.stderr), ("stdout", result.stdout))
+                         for line in text.strip().splitlines()[-40:])
     fault = Fault("canary" if canary else "validate", "OutputMismatch", red.text("\n".join(said)), (),
                   caller_frames=tuple(last_caller_frames(state)), fingerprint="validate:" + evidence[0][:60],
-                  log_excerpt=red.text(output), reach=reached_files(state, deps), output=facts)
+                  log_excerpt=red.text(said_out), reach=reached_files(state, deps), output=facts)
     lacking = facts.missing_sequences if facts and not given else ()
-    if run and run.get("run_dir") and lacking and all(  # only rows missing: what did the job say of them?
-            any(p.startswith(f"row {r}: no ") for r in lacking) for p in report.get("problems") or []):
+    only_missing = bool(lacking) and all(any(p.startswith(f"row {r}: no ") for r in lacking)
+                                         for p in report.get("problems") or [])
+    if run and run.get("run_dir") and only_missing:  # what did the job say of the rows it did not write?
         fault = said_in_log(deps.host, deps.launcher.log_of(run), fault, lacking, red.text)
     deps.record("fault", "validate", {"stage": fault.stage, "summary": fault.summary, "evidence": evidence[:10],
                                       "facts": asdict(facts) if facts else None})
     suspect = model_patch_newest(list(state.get("patches") or []))
     update = record_fault(state, fault, launch=launch, repeated=suspect)
+    update["wrong_output"] = None if canary else to_set_aside(output, facts, only_missing)
     if suspect:  # the model's patch goes (revert); the fault it answered is the one to repair again
         update["fault"] = answered_fault(state)
     return {"validation": report, **update}

@@ -94,6 +94,7 @@ def test_a_user_validator_in_its_own_words_gets_the_same_repair(job: LabPaths, t
 def test_medics_own_check_reports_the_same_facts(job: LabPaths, tmp_path: Path) -> None:
     deps, state, fault = judged(job, tmp_path, None)
     assert fault.output is not None and fault.output.short_sequences == (1, 2)
+    assert state["wrong_output"] == str(job.output)  # set aside before the next target launch
     found = deps.engine.candidates(deps.context(state), fault)  # type: ignore[arg-type]
     assert [c.origin for c in found][:1] == [PLAYBOOK]
 

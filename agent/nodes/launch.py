@@ -19,21 +19,36 @@ from agent.repair.scan_env import target_device
 from agent.shards import shards_for
 from agent.state import SessionState
 from agent.validation import before_relaunch, nothing_left
+from agent.wrong_output import set_aside
 
 
 def launch(state: SessionState, deps: Deps) -> dict[str, Any]:
     kind = "canary" if on_canary(state, deps.config) else "target"
     plan = planned(state, deps, kind, len(state.get("launches") or []) + 1)
-    beside = None
+    beside, aside = None, None
     if kind == "canary" and may_overlap(state, deps):  # the target's load goes on while the canary runs
         launcher = cast(DetachedLauncher, deps.launcher)
+        aside = wrong_output_aside(state, deps)
         beside = launcher.start_beside(state, planned(state, deps, "target", plan.n + 1))
         plan = replace(plan, trace_extra={**plan.trace_extra, "target_beside": beside})
+    elif kind == "target":
+        aside = wrong_output_aside(state, deps)
+    if aside:
+        plan = replace(plan, trace_extra={**plan.trace_extra, "wrong_output_set_aside": aside})
     update = deps.launcher.start(state, plan)
     if beside:
         update["run"]["target_beside"] = beside  # the same record as the last of update["launches"]
         canary_yields(deps.host, update["run"]["run_dir"])
+    if state.get("wrong_output") and (kind == "target" or beside):
+        update["wrong_output"] = None
     return update
+
+
+def wrong_output_aside(state: SessionState, deps: Deps) -> dict[str, Any] | None:
+    """The wrong output of the last target launch moved aside before the next one (agent/wrong_output.py)."""
+    output = state.get("wrong_output")
+    launches = [launch["n"] for launch in state.get("launches") or [] if launch["kind"] == "target"]
+    return set_aside(deps.host, output, launches[-1] if launches else None) if output else None
 
 
 def may_overlap(state: SessionState, deps: Deps) -> bool:

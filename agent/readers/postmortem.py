@@ -53,6 +53,9 @@ def postmortem_markdown(trace: Trace) -> str:
            f"- wall clock: {human_seconds(s.duration)}, {len(s.launches)} launch(es){kinds}, {len(s.faults)} "
            f"fault(s), {len(s.kept)} patch(es) kept" + (f", resumed {s.resumes} time(s)" if s.resumes else ""),
            *job_lines(trace), *[f"- {line}" for line in [*s.loads(), *server_lines(trace)]]]
+    out += [f"- the wrong output was set aside before launch L{e.data.get('n')}: `{sh.path(str(aside['from']))}` "
+            f"is now `{sh.path(str(aside['to']))}`" for e in trace.events
+            if e.kind == "launch" and isinstance(aside := e.data.get("wrong_output_set_aside"), dict)]
     if s.problem:
         out.append(f"- **warning:** {s.problem}")
     out += [f"- warning: {for_people(w, sh)}" for w in s.warnings]

@@ -1,0 +1,31 @@
+"""A wrong output is set aside before the next target launch (agent/wrong_output.py), on this machine and over SSH
+(the test sshd on loopback): moved whole to a name of its own beside it, never deleted, never over another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.repair.types import OutputFacts
+from agent.wrong_output import set_aside, to_set_aside
+from tools.host import Host
+
+
+def test_a_wrong_output_is_moved_beside_itself_under_a_name_no_other_holds(host: Host, tmp_path: Path) -> None:
+    output = tmp_path / "hidden_states"
+    output.mkdir()
+    (output / "hs_0.safetensors").write_bytes(b"wrong")
+    assert set_aside(host, str(output), 2) == {"from": str(output), "to": f"{output}.medic-wrong-L2"}
+    assert not output.exists() and (tmp_path / "hidden_states.medic-wrong-L2" / "hs_0.safetensors").read_bytes() == (
+        b"wrong")
+    output.mkdir()  # the same launch's name is taken: the next one is a name of its own
+    assert set_aside(host, str(output), 2) == {"from": str(output), "to": f"{output}.medic-wrong-L2.1"}
+    assert set_aside(host, str(output), 3) is None  # nothing there to move
+
+
+def test_only_an_output_whose_values_or_rows_are_wrong_is_set_aside() -> None:
+    assert to_set_aside("/o", OutputFacts(off_layers=(2,)), only_missing=False) == "/o"
+    assert to_set_aside("/o", OutputFacts(short_sequences=(1,)), only_missing=False) == "/o"
+    # rows the job skipped: those there are right, and a resuming job writes only the missing ones
+    assert to_set_aside("/o", OutputFacts(missing_sequences=(1,)), only_missing=True) is None
+    assert to_set_aside("/o", None, only_missing=False) is None  # nothing measured: nothing moved
+    assert to_set_aside(None, OutputFacts(off_layers=(2,)), only_missing=False) is None
