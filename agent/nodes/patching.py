@@ -32,7 +32,7 @@ from agent.codec import (
 from agent.decisions import kept, set_aside, taken_off
 from agent.deps import Deps
 from agent.faults import NOT_FOUND
-from agent.job import job_model_folder
+from agent.job import job_model_folder, seen_through
 from agent.launch_records import LaunchRecord
 from agent.outcomes import NO_REASON
 from agent.patch_records import CheckData, FaultData, KeptPatch
@@ -72,9 +72,7 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     # a limit the installed library proves comes first: nothing is proposed for it, however a search would end
     limit = None if tried or seen or fault.fatal else library_limit(state, deps, fault)
     ctx = deps.context(state)
-    if fault.output and fault.output.off_layers:  # wrong values: the model's own config may say what it asks
-        folder = job_model_folder(deps.config.target, deps.host)
-        ctx.model_dir = folder.path if folder else ""
+    ctx.model_dir = model_folder(state, deps)  # what the model's own config asks may be what the fault is about
     while limit is None and not queue and len(tried) < cap:
         found = [candidate_to_dict(c) for c in deps.engine.candidates(ctx, fault, skip=frozenset(tried))]
         for note in deps.engine.notes:
@@ -141,6 +139,15 @@ def model_disagrees(deps: Deps, ctx: RepairContext, fault: Fault) -> str | None:
     folder = job_model_folder(deps.config.target, deps.host) if asks else None  # read only then
     path = folder.path if folder else None
     return unbuilt_weight(ctx, fault, path) or unset_field(ctx, fault, path)
+
+
+def model_folder(state: SessionState, deps: Deps) -> str:
+    """The job's model folder: where the job's command names it, else where its server's does."""
+    target = seen_through(deps.config.target, state)
+    folder = job_model_folder(target, deps.host) or (
+        job_model_folder(target.model_copy(update={"command": list(target.server_command)}), deps.host)
+        if target.server_command else None)
+    return folder.path if folder else ""
 
 
 def library_limit(state: SessionState, deps: Deps, fault: Fault) -> InterfaceLimit | None:

