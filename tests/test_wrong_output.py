@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.readers.postmortem import postmortem_markdown
+from agent.readers.tracefile import read_trace
+from agent.record.trace import TraceWriter
 from agent.repair.types import OutputFacts
 from agent.wrong_output import set_aside, to_set_aside
 from tools.host import Host
+from tools.redact import Redactor
 
 
 def test_a_wrong_output_is_moved_beside_itself_under_a_name_no_other_holds(host: Host, tmp_path: Path) -> None:
@@ -29,3 +33,15 @@ def test_only_an_output_whose_values_or_rows_are_wrong_is_set_aside() -> None:
     assert to_set_aside("/o", OutputFacts(missing_sequences=(1,)), only_missing=True) is None
     assert to_set_aside("/o", None, only_missing=False) is None  # nothing measured: nothing moved
     assert to_set_aside(None, OutputFacts(off_layers=(2,)), only_missing=False) is None
+
+
+def test_the_postmortem_says_where_the_wrong_output_went(tmp_path: Path) -> None:
+    w = TraceWriter(tmp_path / "aside.jsonl", {"session": "aside"}, Redactor())
+    for n in (1, 2):
+        extra = {"wrong_output_set_aside": {"from": "/w/hs", "to": "/w/hs.medic-wrong-L1"}} if n == 2 else {}
+        w.event("launch", "launch", {"n": n, "kind": "target", "run_dir": f"/w/runs/L{n}", **extra})
+        w.event("run_end", "watch", {"outcome": "exited", "exit_code": 0, "seconds": 3.0, "launch": n, "phases": {}})
+    w.event("exit", "report", {"outcome": "verified", "detail": "verified by medic's own check"})
+    w.close()
+    text = postmortem_markdown(read_trace(tmp_path / "aside.jsonl"))
+    assert "- the wrong output was set aside before launch L2: `/w/hs` is now `/w/hs.medic-wrong-L1`" in text
