@@ -109,3 +109,4 @@ class ServerRecord(TypedDict, total=False):
     log_offset: int  # the server log's size when the last client started
     seconds: float  # launch to ready, exit or the ready timeout
     exit_code: int | None  # how a server that never became ready exited
+    started_with: list[str]  # its command, env remedies and patched library files (a change to them restarts it)

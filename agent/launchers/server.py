@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shlex
 from collections.abc import Collection
 from dataclasses import replace
 from typing import Any
@@ -37,10 +38,11 @@ from agent.launchers.base import (
     write_ledger,
 )
 from agent.launchers.detached import DetachedHandle
-from agent.remedies import arg_edits, with_options, with_unset
+from agent.remedies import arg_edits, env_edits, with_options, with_unset
 from agent.repair.types import Fault
 from agent.state import SessionState
 from tools import runs, server_job
+from tools.site_dirs import installed_in
 
 
 class ServerLauncher:
@@ -116,10 +118,24 @@ def current_server(state: SessionState) -> ServerRecord | None:
     return servers[-1] if servers and servers[-1].get("outcome") == "ready" else None
 
 
-def needs_restart(state: SessionState, server: ServerRecord) -> bool:
-    """A fault seen on this server's side was repaired since it started: it must read the fix afresh."""
+def restart_for(state: SessionState, server: ServerRecord, target: Target) -> str | None:
+    """Why the server must start afresh to read a fix, or None: a fault seen on its side was repaired since it
+    started, or a change kept since alters what it started with (a wrong output's repair names no side)."""
     fault = state.get("fault") or {}
-    return fault.get("side") == "server" and fault.get("server") == server.get("n")
+    if fault.get("side") == "server" and fault.get("server") == server.get("n"):
+        return "a server-side fix"
+    if server.get("started_with") not in (None, started_with(state, target)):  # None: an older medic's record
+        return "a change to its command, its environment or the library's files"
+    return None
+
+
+def started_with(state: SessionState, target: Target) -> list[str]:
+    """What a server reads as it starts that a kept change may alter: its command, the env remedies, and the
+    library's files the kept patches changed (the client's own code and the fixable packages are the client's)."""
+    patches = state.get("patches") or []
+    library = sorted(f["path"] for p in patches for f in (p.get("patch") or {}).get("files") or []
+                     if any(installed_in(f["path"], package) for package in target.library_packages))
+    return [shlex.join(server_command(state, target)), *(e.describe() for e in env_edits(patches)), *library]
 
 
 def ensure_server(state: SessionState, deps: LauncherDeps, n: int) -> tuple[dict[str, Any], LaunchRecord | None]:
@@ -131,10 +147,10 @@ def ensure_server(state: SessionState, deps: LauncherDeps, n: int) -> tuple[dict
         if not server_job.alive(deps.host, run):
             live["outcome"] = "exited"
             deps.record("server", "launch", {"event": "gone", "n": live["n"], "run_dir": live["run_dir"]})
-        elif needs_restart(state, live):
+        elif why := restart_for(state, live, deps.config.target):
             runs.stop(deps.host, run)
             live["outcome"] = "stopped"
-            deps.record("server", "launch", {"event": "stopped", "n": live["n"], "why": "a server-side fix"})
+            deps.record("server", "launch", {"event": "stopped", "n": live["n"], "why": why})
         else:
             deps.record("server", "launch", {"event": "reused", "n": live["n"], "port": live["port"],
                                              "clients": live.get("clients", 0)})
@@ -192,7 +208,8 @@ def start(state: SessionState, deps: LauncherDeps, n: int) -> ServerRecord:
                                      "seconds": round(ready.seconds, 1), "exit_code": ready.exit_code})
     return {"n": n, "run_dir": run.dir, "port": port, "pid": pid, "started": started,
             "ready_seconds": round(ready.seconds, 1) if ready.state == "ready" else None, "outcome": outcome,
-            "clients": 0, "seconds": round(ready.seconds, 1), "exit_code": ready.exit_code}
+            "clients": 0, "seconds": round(ready.seconds, 1), "exit_code": ready.exit_code,
+            "started_with": started_with(state, target)}
 
 
 def server_runs(state: SessionState) -> list[str]:
