@@ -66,12 +66,12 @@ def unreached_window(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         why = (f"medic cannot see which path computed the wrong values (layers {wrong})" if wrong else
                f"the call that failed is handed the window ({fed.file}:{fed.line}, {WINDOW}=…)" if fed else "")
         said = (f"the model's config sets {WINDOW}={window}, no shorter than the longest sequence the job accepts "
-                f"(--max-model-len {longest}): no token is ever beyond the window, so it changes nothing the model "
+                f"({LONGEST[0]} {longest}): no token is ever beyond the window, so it changes nothing the model "
                 f"computes here. The library's own switch {option} sets {SWITCH}=True, \"{one_line(text)}\": the "
                 f"cap is min({longest}, {window}) = {longest}. {why}; this takes the library's windowed attention "
                 "out of the run and changes nothing the job asks; the relaunch decides")
         evidence = (f"{ctx.model_dir.rstrip('/')}/config.json: {WINDOW}={window}",
-                    f"the job's command: --max-model-len {longest}",
+                    f"the job's command: {LONGEST[0]} {longest}",
                     f"{path}:{line}: {SWITCH}: \"{one_line(text)[:200]}\"",
                     f"{option}: {SWITCH}=True (the library's CLI parser)",
                     f"medic's own check: values off at layers {wrong}" if wrong else
