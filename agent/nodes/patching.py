@@ -37,6 +37,7 @@ from agent.launch_records import LaunchRecord
 from agent.outcomes import NO_REASON
 from agent.patch_records import CheckData, FaultData, KeptPatch
 from agent.repair.limits import InterfaceLimit, guard_of, limit_for, own_refusal
+from agent.repair.limits_platform import platform_only_name
 from agent.repair.limits_values import refused_value
 from agent.repair.limits_weights import config_field, missing_key, unbuilt_weight, unset_field
 from agent.repair.types import Candidate, Fault, RepairContext
@@ -101,7 +102,8 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
             why = limit.sentence()
         elif not (tried or fault.fatal or deps.engine.stop_reason):  # else at least where the library refused
             ctx = deps.context(state)
-            why = own_refusal(ctx, fault) or refused_value(ctx, fault) or model_disagrees(deps, ctx, fault) or why
+            why = (own_refusal(ctx, fault) or refused_value(ctx, fault) or platform_only_name(ctx, fault)
+                   or model_disagrees(deps, ctx, fault) or why)
         elif tried and not fault.fatal and not declined_by_a_person(state):  # they failed against its refusal
             why = own_refusal(deps.context(state), fault, tried=len(tried)) or why
         if predicted(state.get("fault")) and limit is None:  # a prediction, not a failure: the runs will tell
