@@ -131,7 +131,7 @@ def validate_output(state: SessionState, deps: Deps) -> dict[str, Any]:
                                       "facts": asdict(facts) if facts else None})
     suspect = model_patch_newest(list(state.get("patches") or []))
     update = record_fault(state, fault, launch=launch, repeated=suspect)
-    update["wrong_output"] = None if canary else to_set_aside(output, facts, only_missing)
+    update["wrong_output"] = None if canary else to_set_aside(output, facts, only_missing, own_check=not given)
     if suspect:  # the model's patch goes (revert); the fault it answered is the one to repair again
         update["fault"] = answered_fault(state)
     return {"validation": report, **update}

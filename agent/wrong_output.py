@@ -3,8 +3,9 @@
 speculators' clients (0.5 and later) resume: a sample whose ``hs_<i>.safetensors`` exists is not asked again. After
 a repair of wrong values, the relaunch would find every row there, write nothing and exit 0 — medic's check then
 says the output is older than the launch, and the repair is never judged. So the output medic's check found wrong
-(values off, rows short or misshapen) is moved, whole, beside itself (``<output>.medic-wrong-L<n>``, n the launch
-that wrote it) right before the next target launch, and the launch's event says where it went: nothing is deleted.
+(values off, rows short, misshapen or unreadable) is moved, whole, beside itself (``<output>.medic-wrong-L<n>``, n
+the launch that wrote it) right before the next target launch, and the launch's event says where it went: nothing
+is deleted.
 Rows that are only missing (a job that skipped samples: agent/job_words.py) stay where they are: the rows there are
 right, and the resuming job writes only the missing ones.
 """
@@ -18,11 +19,15 @@ from agent.repair.types import OutputFacts
 from tools.host import Host
 
 
-def to_set_aside(output: str | None, facts: OutputFacts | None, only_missing: bool) -> str | None:
-    """The output to move aside before the next target launch: one medic's check measured wrong values or rows in."""
-    if not output or facts is None or only_missing:
+def to_set_aside(output: str | None, facts: OutputFacts | None, only_missing: bool, own_check: bool) -> str | None:
+    """The output to move aside before the next target launch: one medic's own check found wrong (any problem but
+    missing rows), or, judged by the person's validator, one medic's check measured wrong values or rows in."""
+    if not output or only_missing:
         return None
-    wrong = facts.off_layers or facts.short_sequences or facts.misshapen_sequences or facts.layer_count_sequences
+    if own_check:
+        return output
+    wrong = facts is not None and bool(facts.off_layers or facts.short_sequences or facts.misshapen_sequences
+                                       or facts.layer_count_sequences)
     return output if wrong else None
 
 

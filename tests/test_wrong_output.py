@@ -27,12 +27,16 @@ def test_a_wrong_output_is_moved_beside_itself_under_a_name_no_other_holds(host:
 
 
 def test_only_an_output_whose_values_or_rows_are_wrong_is_set_aside() -> None:
-    assert to_set_aside("/o", OutputFacts(off_layers=(2,)), only_missing=False) == "/o"
-    assert to_set_aside("/o", OutputFacts(short_sequences=(1,)), only_missing=False) == "/o"
+    # medic's own check said no for more than missing rows (values, shapes, token ids, unreadable files)
+    assert to_set_aside("/o", OutputFacts(off_layers=(2,)), only_missing=False, own_check=True) == "/o"
+    assert to_set_aside("/o", None, only_missing=False, own_check=True) == "/o"
     # rows the job skipped: those there are right, and a resuming job writes only the missing ones
-    assert to_set_aside("/o", OutputFacts(missing_sequences=(1,)), only_missing=True) is None
-    assert to_set_aside("/o", None, only_missing=False) is None  # nothing measured: nothing moved
-    assert to_set_aside(None, OutputFacts(off_layers=(2,)), only_missing=False) is None
+    assert to_set_aside("/o", OutputFacts(missing_sequences=(1,)), only_missing=True, own_check=True) is None
+    # the person's validator said no: moved only when medic's check of it measured wrong values or rows
+    assert to_set_aside("/o", OutputFacts(short_sequences=(1,)), only_missing=False, own_check=False) == "/o"
+    assert to_set_aside("/o", OutputFacts(), only_missing=False, own_check=False) is None
+    assert to_set_aside("/o", None, only_missing=False, own_check=False) is None
+    assert to_set_aside(None, OutputFacts(off_layers=(2,)), only_missing=False, own_check=True) is None
 
 
 def test_the_postmortem_says_where_the_wrong_output_went(tmp_path: Path) -> None:
