@@ -73,7 +73,8 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
     # a limit the installed library proves comes first: nothing is proposed for it, however a search would end
     limit = None if tried or seen or fault.fatal else library_limit(state, deps, fault)
     ctx = deps.context(state)
-    ctx.model_dir = model_folder(state, deps)  # what the model's own config asks may be what the fault is about
+    if limit is None and not queue:  # a search: what the model's own config asks may be what the fault is about
+        ctx.model_dir = model_folder(state, deps)
     while limit is None and not queue and len(tried) < cap:
         found = [candidate_to_dict(c) for c in deps.engine.candidates(ctx, fault, skip=frozenset(tried))]
         for note in deps.engine.notes:
