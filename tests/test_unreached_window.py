@@ -31,9 +31,12 @@ def model(lab: ServerLabPaths, folder: Path, **config: Any) -> str:
     return str(folder)
 
 
+ASKED: dict[str, Any] = {}  # the library's answers (its CLI parser), asked once for the module as a session would
+
+
 def context(lab: ServerLabPaths, model_dir: str, command: list[str] | None = None) -> RepairContext:
     return dataclasses.replace(server_repair_context(lab), server_command=tuple(command or lab.server_command()),
-                               job_command=("python", "client.py"), model_dir=model_dir)
+                               job_command=("python", "client.py"), model_dir=model_dir, memo=ASKED)
 
 
 def test_a_window_past_the_longest_sequence_is_turned_off_by_the_librarys_switch(
