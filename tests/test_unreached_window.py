@@ -101,3 +101,7 @@ def test_a_crash_in_a_call_handed_the_window_is_answered_too(server_lab: ServerL
     assert any(e.startswith(f"{attn}:{call}: ops.cpu_attention_with_kv_cache(") for e in found.evidence)
     assert "the call that failed is handed the window" in found.rationale
     assert unreached_window(ctx, crash(other)) == []
+    # handed the window further out than the failing call and its callers: says nothing of what failed
+    deep = dataclasses.replace(crash(call), frames=(FrameRef(str(attn), call, "forward"),
+                                                    *[FrameRef(str(attn), other, "forward")] * 3))
+    assert unreached_window(ctx, deep) == []

@@ -80,12 +80,15 @@ def unreached_window(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     return []
 
 
+NEAR = 3  # how many of the library's innermost frames may hand the window on: the failing call and its callers
+
+
 def window_fed(ctx: RepairContext, fault: Fault) -> FrameRef | None:
-    """The innermost frame of the library whose statement hands the call it makes the window (``sliding_window=``
-    a keyword of one of its calls): what failed there was given the window."""
-    for frame in reversed(fault.frames):
-        if ctx.is_fixable(frame.file) or ctx.library_package(frame.file) is None:
-            continue
+    """The innermost of the library's last frames whose statement hands the call it makes the window
+    (``sliding_window=`` a keyword of one of its calls): what failed there was given the window. A frame further
+    out (a model's constructor) says nothing of the call that failed."""
+    library = [f for f in fault.frames if not ctx.is_fixable(f.file) and ctx.library_package(f.file) is not None]
+    for frame in reversed(library[-NEAR:]):
         src = read_source(ctx, frame.file)
         stmt = src.statement_at(frame.line) if src is not None else None
         if stmt is not None and any(isinstance(node, ast.keyword) and node.arg == WINDOW for node in ast.walk(stmt)):
