@@ -102,11 +102,10 @@ def repair(state: SessionState, deps: Deps) -> dict[str, Any]:
         if limit is not None:  # what the stop proved: the installed library cannot, whatever the job does
             why = limit.sentence()
         elif not (tried or fault.fatal or deps.engine.stop_reason):  # else at least where the library refused
-            ctx = deps.context(state)
             why = (own_refusal(ctx, fault) or refused_value(ctx, fault) or platform_only_name(ctx, fault)
                    or model_disagrees(deps, ctx, fault) or why)
         elif tried and not fault.fatal and not declined_by_a_person(state):  # they failed against its refusal
-            why = own_refusal(deps.context(state), fault, tried=len(tried)) or why
+            why = own_refusal(ctx, fault, tried=len(tried)) or why
         if predicted(state.get("fault")) and limit is None:  # a prediction, not a failure: the runs will tell
             asked = launch_question(state)
             if asked is not None:  # but a person said no to its repair: launching into it is theirs to say

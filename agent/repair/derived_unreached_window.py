@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -38,17 +39,24 @@ from agent.repair.derived_option_branch import library_cli
 from agent.repair.types import Candidate, Fault, FrameRef, RepairContext
 from tools.errors import MedicError
 from tools.host import Host
+from tools.model_folder import option_values
 
 ORIGIN = "derived:option:unreached_window"
 WINDOW = "sliding_window"  # the model config's key (transformers' name, which vLLM reads)
 SWITCH = "disable_sliding_window"  # the library's field that turns it off
-LONGEST = ("--max-model-len", "--max_model_len")  # the CLI's spellings of the longest sequence it accepts
+LONGEST = "--max-model-len"  # the CLI's option for the longest sequence it accepts (also spelt with underscores)
+LONGEST_OPTION = re.compile(r"^--max[-_]model[-_]len$")
 
 
 def unreached_window(ctx: RepairContext, fault: Fault) -> list[Candidate]:
     wrong = list(fault.output.off_layers) if fault.output else []
     fed = None if wrong else window_fed(ctx, fault)
-    if fault.finding is not None or not (wrong or fed) or not ctx.model_dir:
+    # what ties the fault to the window, and the evidence line that says so
+    tie = ((f"medic cannot see which path computed the wrong values (layers {wrong})",
+            f"medic's own check: values off at layers {wrong}") if wrong else
+           (f"the call that failed is handed the window ({fed.file}:{fed.line}, {WINDOW}=…)",
+            f"{fed.file}:{fed.line}: {one_line(fed.code)[:160]}") if fed else None)
+    if fault.finding is not None or tie is None or not ctx.model_dir:
         return []
     command = ctx.server_command or ctx.job_command
     if not library_cli(command, ctx.library_packages):
@@ -63,19 +71,15 @@ def unreached_window(ctx: RepairContext, fault: Fault) -> list[Candidate]:
         if doc is None or not switch or switch.get("dest") != SWITCH or switch.get("sets") is not True:
             continue
         path, line, text = doc
-        why = (f"medic cannot see which path computed the wrong values (layers {wrong})" if wrong else
-               f"the call that failed is handed the window ({fed.file}:{fed.line}, {WINDOW}=…)" if fed else "")
         said = (f"the model's config sets {WINDOW}={window}, no shorter than the longest sequence the job accepts "
-                f"({LONGEST[0]} {longest}): no token is ever beyond the window, so it changes nothing the model "
+                f"({LONGEST} {longest}): no token is ever beyond the window, so it changes nothing the model "
                 f"computes here. The library's own switch {option} sets {SWITCH}=True, \"{one_line(text)}\": the "
-                f"cap is min({longest}, {window}) = {longest}. {why}; this takes the library's windowed attention "
+                f"cap is min({longest}, {window}) = {longest}. {tie[0]}; this takes the library's windowed attention "
                 "out of the run and changes nothing the job asks; the relaunch decides")
         evidence = (f"{ctx.model_dir.rstrip('/')}/config.json: {WINDOW}={window}",
-                    f"the job's command: {LONGEST[0]} {longest}",
+                    f"the job's command: {LONGEST} {longest}",
                     f"{path}:{line}: {SWITCH}: \"{one_line(text)[:200]}\"",
-                    f"{option}: {SWITCH}=True (the library's CLI parser)",
-                    f"medic's own check: values off at layers {wrong}" if wrong else
-                    f"{fed.file}:{fed.line}: {one_line(fed.code)[:160]}" if fed else "")
+                    f"{option}: {SWITCH}=True (the library's CLI parser)", tie[1])
         return [on_the_command(ctx, option, ORIGIN, said, evidence)]
     return []
 
@@ -111,12 +115,8 @@ def model_window(host: Host, folder: str) -> int | None:
 
 def max_model_len(command: Sequence[str]) -> int | None:
     """``--max-model-len N`` (or ``=N``) of the command, when it is a number of tokens."""
-    for i, word in enumerate(command):
-        name, eq, value = word.partition("=")
-        if name in LONGEST:
-            value = value if eq else (command[i + 1] if i + 1 < len(command) else "")
-            return int(value) if value.isdigit() else None
-    return None
+    given = option_values(command, LONGEST_OPTION)
+    return int(given[0]) if given and given[0].isdigit() else None
 
 
 def field_doc(ctx: RepairContext, package: str, field: str) -> tuple[str, int, str] | None:
